@@ -1,0 +1,168 @@
+"""Building blocks shared by several corruptions: scaling, quantization, linear filters and resampling.
+
+Everything works on a batch laid out as (N, H, W, C) (or (N, H, W) for one-channel fields). The linear
+operators are precomputed as dense H×H matrices with the border rule folded in, so one batched matrix
+product ``B · X · Bᵀ`` applies a separable filter to a whole batch at once, whatever the kernel radius
+(the folding stays exact even when the radius exceeds the image, which a single padding step cannot do).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+Border = str  # "edge" (a a | a b c), "symmetric" (b a | a b c) or "mirror" (c b | a b c)
+
+# Values that are integers in exact arithmetic can land a rounding error below the integer; without this
+# tolerance the truncation to uint8 would cut them down a whole grey level (e.g. a saturated 1.0 → 254).
+_TRUNCATION_TOLERANCE = 1e-6
+
+
+def unit(images: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+    """uint8 in 0..255 to floats in [0, 1] (the scale every corruption formula is written on)."""
+    return images.astype(dtype) / dtype(255.0)
+
+
+def to_uint8(x: np.ndarray) -> np.ndarray:
+    """Floats in [0, 1] (clipped) to uint8 by truncation, as the reference pipelines store results."""
+    return quantize_255(np.clip(x, 0.0, 1.0) * 255.0)
+
+
+def quantize_255(v: np.ndarray) -> np.ndarray:
+    """Floats on the 0..255 scale (clipped) to uint8 by truncation (⌊v⌋, within the rounding tolerance)."""
+    return np.floor(np.clip(v, 0.0, 255.0) + _TRUNCATION_TOLERANCE).astype(np.uint8)
+
+
+def fold_index(index: np.ndarray, size: int, border: Border) -> np.ndarray:
+    """Map integer positions outside 0..size-1 back into the image under the given border rule."""
+    if border == "edge":
+        return np.clip(index, 0, size - 1)
+    if border == "symmetric":  # period 2·size, reflecting about the outer pixel edges
+        index = np.mod(index, 2 * size)
+        return np.where(index >= size, 2 * size - 1 - index, index)
+    if border == "mirror":  # period 2·(size-1), reflecting about the outer pixel centres
+        if size == 1:
+            return np.zeros_like(index)
+        index = np.mod(index, 2 * (size - 1))
+        return np.where(index >= size, 2 * (size - 1) - index, index)
+    raise ValueError(f"unknown border rule {border!r}")
+
+
+def gaussian_weights(sigma: float, truncate: float) -> np.ndarray:
+    """SciPy's 1-D Gaussian: taps |k| ≤ ⌊truncate·σ + 0.5⌋, weights ∝ exp(−k²/2σ²), summing to 1."""
+    radius = int(truncate * sigma + 0.5)
+    k = np.arange(-radius, radius + 1, dtype=np.float64)
+    weights = np.exp(-0.5 * (k / sigma) ** 2) if sigma > 0 else (k == 0).astype(np.float64)
+    return weights / weights.sum()
+
+
+def filter_matrix(weights: np.ndarray, size: int, border: Border) -> np.ndarray:
+    """The size×size matrix of a centred 1-D correlation with ``weights`` under ``border``."""
+    radius = len(weights) // 2
+    rows = np.repeat(np.arange(size), len(weights))
+    taps = np.tile(np.arange(-radius, radius + 1), size)
+    matrix = np.zeros((size, size))
+    np.add.at(matrix, (rows, fold_index(rows + taps, size, border)), np.tile(weights, size))
+    return matrix
+
+
+@lru_cache(maxsize=128)
+def gaussian_matrix(sigma: float, size: int, border: Border = "edge", truncate: float = 4.0) -> np.ndarray:
+    """The Gaussian filter G_σ of the specification as a size×size matrix (σ = 0 is the identity)."""
+    matrix = filter_matrix(gaussian_weights(sigma, truncate), size, border)
+    matrix.setflags(write=False)
+    return matrix
+
+
+def separable(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Apply the same 1-D operator along rows and columns of every image and channel: B·X·Bᵀ.
+
+    ``x`` is (N, H, W) or (N, H, W, C); channels are never mixed.
+    """
+    if x.ndim == 3:
+        return matrix @ x @ matrix.T
+    planes = np.moveaxis(x, -1, 1)  # (N, C, H, W) so that matmul broadcasts over images and channels
+    return np.moveaxis(matrix @ planes @ matrix.T, 1, -1)
+
+
+@lru_cache(maxsize=128)
+def clipped_zoom_matrix(size: int, zoom: float) -> np.ndarray:
+    """Centre crop of ⌈size/zoom⌉ pixels, linearly resampled (corner-aligned) and cropped back to size.
+
+    This is the 1-D factor of the "clipped zoom" used by zoom_blur and snow: the output length of the
+    resampling follows SciPy's rule round(crop·zoom) (half to even), so the zoom can be slightly off-centre.
+    """
+    crop = math.ceil(size / zoom)
+    top = (size - crop) // 2
+    zoomed = round(crop * zoom)
+    trim = (zoomed - size) // 2
+    coords = top + (np.arange(size) + trim) * (crop - 1) / (zoomed - 1)
+    lower = np.clip(np.floor(coords).astype(np.int64), top, top + crop - 1)
+    upper = np.minimum(lower + 1, top + crop - 1)
+    frac = coords - lower
+    matrix = np.zeros((size, size))
+    np.add.at(matrix, (np.arange(size), lower), 1.0 - frac)
+    np.add.at(matrix, (np.arange(size), upper), frac)
+    matrix.setflags(write=False)
+    return matrix
+
+
+def motion_blur(images: np.ndarray, radius: float, sigma: float, angles_deg: np.ndarray) -> np.ndarray:
+    """Line-kernel motion blur with ImageMagick's radius/sigma/angle semantics, one angle per image.
+
+    K = 2⌈radius⌉+1 taps with one-sided Gaussian weights exp(−m²/2σ²), m = 0..K−1 (the heaviest tap is
+    the pixel itself); tap m reads the pixel at (row + ⌈m·sinθ − ½⌉, column + ⌈m·cosθ − ½⌉) with edge
+    replication. The sum is rounded at 16-bit precision and then truncated to 8 bits, as ImageMagick's Q16
+    build does with 8-bit images. ``images`` is uint8 (N, H, W, C); the result is uint8 of the same shape.
+    """
+    n, h, w = images.shape[:3]
+    taps = np.arange(2 * math.ceil(radius) + 1, dtype=np.float64)
+    weights = np.exp(-(taps**2) / (2.0 * sigma**2))
+    weights /= weights.sum()
+    theta = np.deg2rad(np.asarray(angles_deg, dtype=np.float64))[:, None]
+    col_off = np.ceil(taps * np.cos(theta) - 0.5).astype(np.int64)  # (N, K)
+    row_off = np.ceil(taps * np.sin(theta) - 0.5).astype(np.int64)
+    which = np.arange(n)[:, None, None]
+    acc = np.zeros(images.shape, dtype=np.float64)
+    for m, weight in enumerate(weights):
+        rows = np.clip(np.arange(h)[None, :] + row_off[:, m : m + 1], 0, h - 1)
+        cols = np.clip(np.arange(w)[None, :] + col_off[:, m : m + 1], 0, w - 1)
+        acc += weight * images[which, rows[:, :, None], cols[:, None, :]]
+    return np.floor(np.floor(acc * 257.0 + 0.5) / 257.0).astype(np.uint8)
+
+
+def bilinear_sample(images: np.ndarray, rows: np.ndarray, cols: np.ndarray, border: Border) -> np.ndarray:
+    """Sample (N, H, W, C) images at real (rows, cols) of shape (N, H', W') by bilinear interpolation.
+
+    Coordinates outside the image are first folded back under ``border``: "mirror" reflects about the
+    outer pixel centres (OpenCV's default warp border), "symmetric" about the outer pixel edges (SciPy's
+    "reflect"). Folding the coordinate is exact because both extensions are piecewise linear between
+    integer positions, mirrored onto integer positions.
+    """
+    n, h, w = images.shape[:3]
+    r0, r1, fr = _fold_coordinate(rows, h, border)
+    c0, c1, fc = _fold_coordinate(cols, w, border)
+    which = np.arange(n).reshape(n, *([1] * (rows.ndim - 1)))
+    top = images[which, r0, c0] * (1 - fc)[..., None] + images[which, r0, c1] * fc[..., None]
+    bottom = images[which, r1, c0] * (1 - fc)[..., None] + images[which, r1, c1] * fc[..., None]
+    return top * (1 - fr)[..., None] + bottom * fr[..., None]
+
+
+def _fold_coordinate(coord: np.ndarray, size: int, border: Border) -> tuple[np.ndarray, ...]:
+    """Fold real coordinates into the image; return lower/upper neighbour indices and the upper weight."""
+    if border == "mirror":
+        period = 2.0 * (size - 1)
+        coord = np.mod(coord, period)
+        coord = np.where(coord > size - 1, period - coord, coord)
+    elif border == "symmetric":
+        period = 2.0 * size
+        coord = np.mod(coord + 0.5, period) - 0.5
+        coord = np.where(coord > size - 0.5, period - 1.0 - coord, coord)
+    else:
+        raise ValueError(f"unsupported border rule for sampling {border!r}")
+    lower = np.floor(coord)
+    frac = (coord - lower).astype(coord.dtype)
+    lower = lower.astype(np.int64)
+    return np.clip(lower, 0, size - 1), np.clip(lower + 1, 0, size - 1), frac

@@ -1,0 +1,1 @@
+"""Data: the asset registry, dataset readers, corruptions and the test streams."""

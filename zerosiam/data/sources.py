@@ -1,0 +1,370 @@
+"""Dataset readers. Each returns ``(images, labels, class_names)``: uint8 ``(N, H, W, 3)``, int64 ``(N,)``
+and the list of class names that the labels index.
+
+Decoding thousands of JPEGs is the slow part of a run, so the decoded arrays are kept as ``.npz`` files in
+``<cache>/decoded/``, keyed by the source's identity (its sha256 for registered assets, else its path, size
+and mtime) and by the reader's parameters; a second call only loads the arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import pickle
+import re
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+from PIL import Image
+
+from zerosiam.data import assets
+
+CIFAR10_CLASSES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
+CIFAR10_SPLITS = ("train", "test")
+_CACHE_VERSION = 1  # bump when a reader's output changes, so old cached arrays are not reused
+_WNID = re.compile(r"^n\d{8}$")
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+Dataset = tuple[np.ndarray, np.ndarray, list[str]]
+PathLike = str | os.PathLike[str]
+
+
+class DatasetFormatError(ValueError):
+    """The files on disk do not have the layout a reader expects."""
+
+
+# ---------------------------------------------------------------------------------------------- caching
+def _file_identity(path: Path) -> dict[str, object]:
+    stat = path.stat()
+    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _cache_path(cache: PathLike | None, reader: str, key: dict[str, object]) -> Path:
+    blob = json.dumps({"version": _CACHE_VERSION, "reader": reader, **key}, sort_keys=True, default=str)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return assets.cache_dir(cache) / "decoded" / f"{reader}-{digest}.npz"
+
+
+def _save(path: Path, data: Dataset) -> None:
+    """Write the arrays atomically; a failure (read-only cache) only means decoding again next time."""
+    images, labels, names = data
+    buffer = io.BytesIO()
+    np.savez(buffer, images=images, labels=labels, class_names=np.array(names, dtype=np.str_))
+    with contextlib.suppress(OSError):
+        assets.atomic_write_bytes(path, buffer.getvalue())
+
+
+def _load(path: Path) -> Dataset | None:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return data["images"], data["labels"], [str(n) for n in data["class_names"]]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _cached(
+    reader: str, key: dict[str, object], build: Callable[[], Dataset], cache: PathLike | None, use_cache: bool
+) -> Dataset:
+    """``build()``'s result, from the decoded-array cache when it is there."""
+    if not use_cache:
+        return build()
+    path = _cache_path(cache, reader, key)
+    hit = _load(path) if path.is_file() else None
+    if hit is not None:
+        return hit
+    data = build()
+    _save(path, data)
+    return data
+
+
+def _as_dataset(images: list[np.ndarray], labels: list[int], names: list[str], where: object) -> Dataset:
+    if not images:
+        raise DatasetFormatError(f"no images found in {where}")
+    shapes = {im.shape for im in images}
+    if len(shapes) != 1:
+        raise DatasetFormatError(f"images in {where} have different shapes: {sorted(shapes)[:5]}")
+    return np.stack(images), np.asarray(labels, dtype=np.int64), list(names)
+
+
+def _decode_rgb(data: bytes | Path, where: object) -> np.ndarray:
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    try:
+        with Image.open(source) as image:
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except OSError as error:
+        raise DatasetFormatError(f"cannot decode image {where}: {error}") from error
+
+
+def _tar_images(path: Path) -> Iterator[tuple[PurePosixPath, bytes]]:
+    """(member path, bytes) of every image file in a tarball, read in one sequential pass."""
+    with tarfile.open(path) as archive:
+        for member in archive:
+            name = PurePosixPath(member.name)
+            if member.isfile() and name.suffix.lower() in _IMAGE_SUFFIXES:
+                handle = archive.extractfile(member)
+                if handle is not None:
+                    yield name, handle.read()
+
+
+# ---------------------------------------------------------------------------------------------- CIFAR JPEG
+def read_cifar10_jpeg(
+    split: str = "test",
+    *,
+    path: PathLike | None = None,
+    cache: PathLike | None = None,
+    use_cache: bool = True,
+) -> Dataset:
+    """CIFAR-10 (JPEG q75) from ``<split>/<class>/NNNN.jpg`` inside a tarball (default: the registered asset).
+
+    Images are ordered by class (standard order airplane…truck), then by file name.
+    """
+    if split not in CIFAR10_SPLITS:
+        raise ValueError(f"split must be one of {CIFAR10_SPLITS}, got {split!r}")
+    if path is None:
+        source = assets.fetch(f"cifar10-jpeg-{split}")
+        key: dict[str, object] = {"sha256": assets.get_asset(f"cifar10-jpeg-{split}").file().sha256}
+    else:
+        source = Path(path)
+        key = _file_identity(source)
+    return _cached(
+        "cifar10-jpeg", {**key, "split": split}, lambda: _decode_cifar_tar(source, split), cache, use_cache
+    )
+
+
+def _decode_cifar_tar(path: Path, split: str) -> Dataset:
+    found: list[tuple[int, str, np.ndarray]] = []
+    for name, data in _tar_images(path):
+        parts = name.parts[-3:]
+        if len(parts) != 3 or parts[0] != split:
+            continue
+        if parts[1] not in CIFAR10_CLASSES:
+            raise DatasetFormatError(f"{path}: {name} is in an unknown class folder {parts[1]!r}")
+        found.append((CIFAR10_CLASSES.index(parts[1]), parts[2], _decode_rgb(data, f"{path}:{name}")))
+    if not found:
+        raise DatasetFormatError(f"{path} holds no images under {split}/<class>/")
+    found.sort(key=lambda item: (item[0], item[1]))
+    return _as_dataset([f[2] for f in found], [f[0] for f in found], list(CIFAR10_CLASSES), path)
+
+
+# ---------------------------------------------------------------------------------------------- ImageNet
+def resize_center_crop(image: Image.Image, resize: int = 256, crop: int = 224) -> Image.Image:
+    """Shorter side to ``resize`` (bilinear, antialiased by PIL), then the central ``crop``×``crop`` square.
+
+    This is the ImageNet-C / torchvision ``Resize(256)`` + ``CenterCrop(224)`` preprocessing.
+    """
+    width, height = image.size
+    if width <= height:
+        size = (resize, int(resize * height / width))
+    else:
+        size = (int(resize * width / height), resize)
+    image = image.resize(size, Image.Resampling.BILINEAR)
+    left = int(round((size[0] - crop) / 2.0))
+    top = int(round((size[1] - crop) / 2.0))
+    return image.crop((left, top, left + crop, top + crop))
+
+
+def _parse_sample_name(name: PurePosixPath) -> tuple[str, str]:
+    wnid, _, label = name.stem.partition("_")
+    if not _WNID.match(wnid):
+        raise DatasetFormatError(f"{name} does not start with a WordNet id (n########)")
+    return wnid, label.replace("_", " ")
+
+
+def read_imagenet_sample(
+    *,
+    path: PathLike | None = None,
+    resize: int = 256,
+    crop: int = 224,
+    cache: PathLike | None = None,
+    use_cache: bool = True,
+) -> Dataset:
+    """The ImageNet sample (``<wnid>_<name>.JPEG`` files in a tarball), resized and centre-cropped.
+
+    Labels index the sorted list of the wnids in the archive: for the real sample (one image for each of
+    the 1,000 classes) that is the standard ImageNet class index. Class names come from the file names.
+    """
+    if path is None:
+        source = assets.fetch("imagenet-sample")
+        key: dict[str, object] = {"sha256": assets.get_asset("imagenet-sample").file().sha256}
+    else:
+        source = Path(path)
+        key = _file_identity(source)
+    params = {**key, "resize": resize, "crop": crop}
+    return _cached(
+        "imagenet-sample", params, lambda: _decode_imagenet_tar(source, resize, crop), cache, use_cache
+    )
+
+
+def _decode_imagenet_tar(path: Path, resize: int, crop: int) -> Dataset:
+    found: list[tuple[str, str, str, np.ndarray]] = []
+    for name, data in _tar_images(path):
+        wnid, label = _parse_sample_name(name)
+        with Image.open(io.BytesIO(data)) as image:
+            pixels = np.asarray(resize_center_crop(image.convert("RGB"), resize, crop), dtype=np.uint8)
+        found.append((wnid, name.name, label, pixels))
+    if not found:
+        raise DatasetFormatError(f"{path} holds no images")
+    found.sort(key=lambda item: (item[0], item[1]))
+    wnids = sorted({f[0] for f in found})
+    names = {f[0]: f[2] for f in found}
+    labels = [wnids.index(f[0]) for f in found]
+    return _as_dataset([f[3] for f in found], labels, [names[w] for w in wnids], path)
+
+
+# ---------------------------------------------------------------------------------------------- CIFAR-10-C
+def _check_severity(severity: int) -> None:
+    if not isinstance(severity, int | np.integer) or not 1 <= severity <= 5:
+        raise ValueError(f"severity must be an integer from 1 to 5, got {severity!r}")
+
+
+def read_cifar10c(root: PathLike, corruption: str, severity: int) -> Dataset:
+    """One severity of a CIFAR-10-C style folder: ``<corruption>.npy`` holds severities 1–5 stacked.
+
+    Memory-mapped, so only the requested fifth is read; no cache is needed.
+    """
+    _check_severity(severity)
+    root = Path(root)
+    images_path, labels_path = root / f"{corruption}.npy", root / "labels.npy"
+    for needed in (images_path, labels_path):
+        if not needed.is_file():
+            raise FileNotFoundError(f"CIFAR-10-C file {needed} does not exist")
+    images = np.load(images_path, mmap_mode="r")
+    labels = np.load(labels_path, mmap_mode="r")
+    if images.ndim != 4 or images.shape[-1] != 3 or images.shape[0] % 5:
+        raise DatasetFormatError(f"{images_path} has shape {images.shape}; expected (5*N, H, W, 3)")
+    per = images.shape[0] // 5
+    if labels.shape[0] not in (per, 5 * per):
+        raise DatasetFormatError(f"{labels_path} has {labels.shape[0]} labels for {per} images per severity")
+    part = slice((severity - 1) * per, severity * per)
+    chosen = labels[part] if labels.shape[0] == 5 * per else labels
+    return (
+        np.ascontiguousarray(images[part], dtype=np.uint8),
+        np.asarray(chosen, dtype=np.int64),
+        list(CIFAR10_CLASSES),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- ImageNet-C
+def read_imagenet_c(
+    root: PathLike, corruption: str, severity: int, *, cache: PathLike | None = None, use_cache: bool = True
+) -> Dataset:
+    """``<root>/<corruption>/<severity>/<wnid>/*.JPEG`` as stored (ImageNet-C images are already 224²).
+
+    Labels index the sorted wnid folders found; class names are the wnids.
+    """
+    _check_severity(severity)
+    folder = Path(root) / corruption / str(severity)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"ImageNet-C folder {folder} does not exist")
+    files = _imagenet_c_files(folder)
+    listing = [(str(f.relative_to(folder)), *_size_mtime(f)) for f in files]
+    key = {"folder": str(folder.resolve()), "listing": hashlib.sha256(repr(listing).encode()).hexdigest()}
+    return _cached("imagenet-c", key, lambda: _decode_imagenet_c(folder, files), cache, use_cache)
+
+
+def _size_mtime(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _imagenet_c_files(folder: Path) -> list[Path]:
+    classes = sorted(d for d in folder.iterdir() if d.is_dir())
+    if not classes:
+        raise DatasetFormatError(f"{folder} has no class folders")
+    files = []
+    for directory in classes:
+        files.extend(sorted(f for f in directory.iterdir() if f.suffix.lower() in _IMAGE_SUFFIXES))
+    return files
+
+
+def _decode_imagenet_c(folder: Path, files: list[Path]) -> Dataset:
+    wnids = sorted({f.parent.name for f in files})
+    images = [_decode_rgb(f, f) for f in files]
+    labels = [wnids.index(f.parent.name) for f in files]
+    return _as_dataset(images, labels, wnids, folder)
+
+
+# ---------------------------------------------------------------------------------------------- CIFAR python
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain containers and numpy arrays only: a downloaded pickle cannot run code."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name} from a CIFAR batch")
+        return super().find_class(module, name)
+
+
+def _unpickle(data: bytes) -> dict[str, object]:
+    raw = _ArrayUnpickler(io.BytesIO(data), encoding="bytes").load()
+    if not isinstance(raw, dict):
+        raise DatasetFormatError("a CIFAR batch must unpickle to a dict")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+
+
+def read_cifar10_python(
+    path: PathLike, split: str = "test", *, cache: PathLike | None = None, use_cache: bool = True
+) -> Dataset:
+    """The official ``cifar-10-python.tar.gz`` (pickled ``data_batch_1..5`` / ``test_batch``)."""
+    if split not in CIFAR10_SPLITS:
+        raise ValueError(f"split must be one of {CIFAR10_SPLITS}, got {split!r}")
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"CIFAR-10 python tarball {source} does not exist")
+    key = {**_file_identity(source), "split": split}
+    return _cached("cifar10-python", key, lambda: _decode_cifar_python(source, split), cache, use_cache)
+
+
+def _decode_cifar_python(path: Path, split: str) -> Dataset:
+    wanted = ["test_batch"] if split == "test" else [f"data_batch_{i}" for i in range(1, 6)]
+    members = _read_members(path, {*wanted, "batches.meta"})
+    images, labels = [], []
+    for batch_name in wanted:
+        batch = _unpickle(members[batch_name])
+        data = np.asarray(batch["data"], dtype=np.uint8)
+        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+            raise DatasetFormatError(f"{path}:{batch_name} data has shape {data.shape}; expected (N, 3072)")
+        images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        labels.append(np.asarray(batch["labels"], dtype=np.int64))
+    meta = _unpickle(members["batches.meta"])
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in meta["label_names"]]
+    return np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), names
+
+
+def _read_members(path: Path, wanted: set[str]) -> dict[str, bytes]:
+    """The bytes of the members whose base name is in ``wanted``; every one must be present."""
+    found: dict[str, bytes] = {}
+    with tarfile.open(path) as archive:
+        for member in archive:
+            base = PurePosixPath(member.name).name
+            handle = archive.extractfile(member) if member.isfile() and base in wanted else None
+            if handle is not None:
+                found[base] = handle.read()
+    missing = sorted(wanted - found.keys())
+    if missing:
+        raise DatasetFormatError(f"{path} lacks {missing}")
+    return found

@@ -1,0 +1,105 @@
+"""Methods: the registry of recipes and ``adapt``, the one-line entry point."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch import nn
+
+from zerosiam.methods.adapter import Adapter, NonFiniteInputError, Settings
+from zerosiam.methods.hparams import resolve_rates
+from zerosiam.methods.noadapt import noadapt
+from zerosiam.methods.recipe import Asymmetry, Recipe
+from zerosiam.methods.tent import tent
+from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
+
+METHODS: dict[str, Recipe] = {}
+COMPOSABLE_SUFFIX = "+zerosiam"
+
+
+def register(recipe: Recipe) -> Recipe:
+    """Make ``recipe`` available by its name to ``adapt`` and the benchmark."""
+    METHODS[recipe.name] = recipe
+    return recipe
+
+
+for _recipe in (noadapt, tent, zerosiam):
+    register(_recipe)
+
+
+def available_methods() -> list[str]:
+    return list(METHODS)
+
+
+def get_recipe(method: str | Recipe) -> Recipe:
+    """A recipe by name; ``<name>+zerosiam`` composes ZeroSiam's asymmetry onto any adapting recipe."""
+    if isinstance(method, Recipe):
+        return method
+    if method in METHODS:
+        return METHODS[method]
+    if method.endswith(COMPOSABLE_SUFFIX):
+        base = get_recipe(method.removesuffix(COMPOSABLE_SUFFIX))
+        if base.adapts and base.asymmetry is None:
+            return with_zerosiam(base)
+    raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())} (or <method>+zerosiam)")
+
+
+_ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
+_RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
+
+
+def _apply_overrides(recipe: Recipe, overrides: dict) -> Recipe:
+    """Recipe fields and ZeroSiam's asymmetry options (alpha, predictor, divergence, stop_gradient)."""
+    unknown = set(overrides) - _ASYMMETRY_FIELDS - _RECIPE_FIELDS
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {sorted(unknown)} for {recipe.name}; options are lr, predictor_lr, momentum, "
+            f"batch_size, head, {', '.join(sorted(_ASYMMETRY_FIELDS | _RECIPE_FIELDS))}"
+        )
+    asymmetric = {k: overrides.pop(k) for k in list(overrides) if k in _ASYMMETRY_FIELDS}
+    if asymmetric:
+        if recipe.asymmetry is None:
+            raise TypeError(f"{sorted(asymmetric)} apply to ZeroSiam's predictor; {recipe.name} has none")
+        recipe = recipe.with_(asymmetry=dataclasses.replace(recipe.asymmetry, **asymmetric))
+    return recipe.with_(**overrides) if overrides else recipe
+
+
+def adapt(
+    model: nn.Module,
+    method: str | Recipe = "zerosiam",
+    *,
+    lr: float | None = None,
+    predictor_lr: float | None = None,
+    momentum: float = 0.9,
+    batch_size: int = 64,
+    head: str | nn.Module | None = None,
+    **overrides,
+) -> Adapter:
+    """Wrap ``model`` for online test-time adaptation by ``method``.
+
+    ``lr`` (η_f) and ``predictor_lr`` (η_h) default to the paper's rates for the model's family at
+    ``batch_size``; ``head`` names the classifier module when it cannot be detected; any other keyword
+    overrides a recipe field or ZeroSiam's asymmetry option (``alpha``, ``predictor``, ``divergence``,
+    ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp", divergence="js")``.
+    """
+    recipe = _apply_overrides(get_recipe(method), dict(overrides))
+    rates = resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1) if recipe.adapts else None
+    settings = Settings(
+        lr=lr if lr is not None else (rates.lr if rates else 0.0),
+        predictor_lr=predictor_lr if predictor_lr is not None else (rates.predictor_lr if rates else 0.0),
+        momentum=momentum,
+    )
+    return Adapter(model, recipe, settings, head=head)
+
+
+__all__ = [
+    "Adapter",
+    "Asymmetry",
+    "METHODS",
+    "NonFiniteInputError",
+    "Recipe",
+    "adapt",
+    "available_methods",
+    "get_recipe",
+    "register",
+]

@@ -1,0 +1,257 @@
+"""The Adapter: wraps a model, predicts each incoming batch and adapts online by a recipe.
+
+Like Tent's wrapper, ``adapter(x)`` forwards once, returns that forward's prediction (taken before the
+update) and then updates. Unlike it, what is updated and how comes from a ``Recipe``, so every method
+shares this one loop. The model is adapted in place (no copy of a large backbone) and everything the
+adapter changes is recorded, so ``reset()`` restores the source weights exactly and ``release()`` hands
+the model back as it came.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from zerosiam.methods.recipe import Batch, Evaluation, Recipe
+from zerosiam.parts.losses import entropy
+from zerosiam.parts.norms import BatchStatistics
+from zerosiam.parts.predictor import build_predictor, distance_from_identity
+from zerosiam.parts.split import FeatureTap
+
+
+class NonFiniteInputError(ValueError):
+    """The batch holds NaN or Inf: adapting on it would poison the weights, so it is refused."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Optimizer settings resolved for this adapter (learning rates depend on model and batch size)."""
+
+    lr: float
+    predictor_lr: float
+    momentum: float = 0.9  # SGD momentum 0.9 for every image method (methods.md)
+
+
+class Adapter:
+    """Online test-time adaptation of ``model`` by ``recipe``. Build it with ``zerosiam.adapt``."""
+
+    def __init__(
+        self, model: nn.Module, recipe: Recipe, settings: Settings, head: str | nn.Module | None = None
+    ) -> None:
+        self.model = model
+        self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
+        self.settings = settings
+        self.history: list[dict[str, Any]] = []
+        self.steps = 0
+        self.predictor: nn.Module | None = None
+        self._requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
+        self._training = {name: m.training for name, m in model.named_modules()}
+        if not recipe.adapts:
+            model.eval()
+            return
+        self.params = dict(recipe.params.parameters(model))
+        model.requires_grad_(False)
+        model.eval()
+        for param in self.params.values():
+            param.requires_grad_(True)
+        self._batch_stats = BatchStatistics(model)
+        self._tap = FeatureTap(model, head) if recipe.asymmetry else None
+        self._source = {name: p.detach().clone() for name, p in self.params.items()}
+        self.optimizer = torch.optim.SGD(
+            [{"params": list(self.params.values()), "lr": settings.lr, "name": "norms"}],
+            lr=settings.lr,
+            momentum=settings.momentum,
+        )
+        if self._tap is not None and self._tap.head is not None:
+            self._add_predictor(self._tap.feature_dim)
+        self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
+
+    # --- the online loop -------------------------------------------------------------------------
+    def __call__(self, x: Tensor) -> Tensor:
+        """The prediction for ``x`` from the current weights; then one adaptation step on ``x``."""
+        _check_input(x)
+        if not self.recipe.adapts:
+            with torch.no_grad():
+                prediction = self.model(x)
+            self._record(prediction, None, updated=False)
+            return prediction
+        self._batch_stats.check_batch(x.shape[0])
+        self._skipped: str | None = None
+        with torch.enable_grad():
+            evaluations = self.recipe.step(self, functools.partial(self._evaluate, x))
+        first = evaluations[0]
+        recovered = bool(self.recipe.recover and self.recipe.recover(evaluations))
+        if recovered:
+            self.restore_source()
+        self._record(first.batch.target.detach(), evaluations, recovered=recovered)
+        return first.batch.target.detach()
+
+    def _evaluate(self, x: Tensor, restrict: Tensor | None = None) -> Evaluation:
+        """Forward once and score the recipe's loss: the closure that steps call (SAM calls it twice)."""
+        if self._tap is None:
+            target = self.model(x)
+            online = target
+        else:
+            target, feature = self._tap.forward(x)
+            if self.predictor is None:
+                self._add_predictor(self._tap.feature_dim)
+                self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
+            online = self._tap.head_of(self.predictor(feature))
+        batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), adapter=self)
+        return self.recipe.evaluate(batch, restrict)
+
+    def descend(self, loss: Tensor) -> bool:
+        """Backpropagate ``loss`` and take one optimizer step, unless the loss or a gradient is not finite."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            self._skipped = "non-finite loss"
+            return False
+        loss.backward()
+        if not self.gradients_finite():
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skipped = "non-finite gradient"
+            return False
+        self.optimizer.step()
+        return True
+
+    def gradients_finite(self) -> bool:
+        grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        return all(bool(torch.isfinite(g).all()) for g in grads)
+
+    @property
+    def trainable(self) -> list[nn.Parameter]:
+        """Every parameter the optimizer moves (norm affine parameters, then the predictor's)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    # --- predictor ---------------------------------------------------------------------------------
+    def _add_predictor(self, dim: int) -> None:
+        head = self._tap.head
+        self.predictor = build_predictor(self.recipe.asymmetry.predictor, dim).to(
+            device=head.weight.device, dtype=head.weight.dtype
+        )
+        self._predictor_source = copy.deepcopy(self.predictor.state_dict())
+        learned = [p for p in self.predictor.parameters() if p.requires_grad]
+        if learned:
+            self.optimizer.add_param_group({"params": learned, "lr": self.settings.predictor_lr, "name": "predictor"})
+
+    # --- state -------------------------------------------------------------------------------------
+    def restore_source(self) -> None:
+        """Source weights, identity predictor and a fresh optimizer; the adapter's own record is kept."""
+        if not self.recipe.adapts:
+            return
+        with torch.no_grad():
+            for name, param in self.params.items():
+                param.copy_(self._source[name])
+        if self.predictor is not None:
+            self.predictor.load_state_dict(self._predictor_source)
+        self.optimizer.load_state_dict(copy.deepcopy(self._initial_optimizer))
+
+    def reset(self) -> None:
+        """Back to the source model exactly: weights, predictor, optimizer and every rule's state."""
+        self.restore_source()
+        for part in self._stateful_parts().values():
+            part.reset()
+        self.history.clear()
+        self.steps = 0
+
+    def _stateful_parts(self) -> dict[str, Any]:
+        recipe = self.recipe
+        candidates = {f"select{i}": rule for i, rule in enumerate(recipe.select)}
+        candidates.update(weight=recipe.weight, regularizer=recipe.regularizer, step=recipe.step, recover=recipe.recover)
+        return {key: part for key, part in candidates.items() if hasattr(part, "reset")}
+
+    def state_dict(self) -> dict[str, Any]:
+        """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states."""
+        state: dict[str, Any] = {"method": self.recipe.name, "steps": self.steps}
+        if self.recipe.adapts:
+            state["params"] = {name: p.detach().clone() for name, p in self.params.items()}
+            state["predictor"] = None if self.predictor is None else copy.deepcopy(self.predictor.state_dict())
+            state["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+            state["parts"] = {k: p.state_dict() for k, p in self._stateful_parts().items() if hasattr(p, "state_dict")}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("method") != self.recipe.name:
+            raise ValueError(f"checkpoint is of method {state.get('method')!r}, this adapter runs {self.recipe.name!r}")
+        self.steps = state["steps"]
+        if not self.recipe.adapts:
+            return
+        missing = set(self.params) ^ set(state["params"])
+        if missing:
+            raise ValueError(f"checkpoint parameters do not match this model: {sorted(missing)[:5]}")
+        with torch.no_grad():
+            for name, param in self.params.items():
+                param.copy_(state["params"][name])
+        if state["predictor"] is not None:
+            if self.predictor is None:
+                self._add_predictor(state["predictor"][next(iter(state["predictor"]))].shape[-1])
+            self.predictor.load_state_dict(state["predictor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        parts = self._stateful_parts()
+        for key, part_state in state["parts"].items():
+            parts[key].load_state_dict(part_state)
+
+    def release(self) -> nn.Module:
+        """Restore the source weights, modes and flags, remove hooks, and hand the model back."""
+        self.restore_source()
+        if self.recipe.adapts:
+            self._batch_stats.restore()
+            if self._tap is not None:
+                self._tap.close()
+        for name, param in self.model.named_parameters():
+            param.requires_grad_(self._requires_grad[name])
+        for name, module in self.model.named_modules():
+            module.training = self._training[name]
+        return self.model
+
+    # --- diagnostics -------------------------------------------------------------------------------
+    def _record(
+        self, prediction: Tensor, evaluations: list[Evaluation] | None, updated: bool | None = None,
+        recovered: bool = False,
+    ) -> None:
+        """Append this step's diagnostics: the paper's collapse indicators and the loss terms."""
+        logits = prediction.detach().float().flatten(0, -2)
+        norms = logits.norm(dim=-1)
+        row: dict[str, Any] = {
+            "step": self.steps,
+            "entropy": float(entropy(logits).mean()),
+            "logit_norm": float(norms.mean()),
+            "centre_dominance": float(logits.mean(0).norm() / norms.mean().clamp_min(1e-12)),
+            "predictor_drift": distance_from_identity(self.predictor) if self.predictor is not None else math.nan,
+        }
+        if evaluations is not None:
+            first = evaluations[0]
+            row.update(first.terms)
+            row["selected"] = first.selected
+            row["updated"] = first.selected > 0 and getattr(self, "_skipped", None) is None
+            row["skipped"] = getattr(self, "_skipped", None)
+            row["recovered"] = recovered
+        else:
+            row["updated"] = bool(updated)
+        self.history.append(row)
+        self.steps += 1
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """The most recent step's diagnostics."""
+        if not self.history:
+            raise RuntimeError("no step has been taken yet")
+        return self.history[-1]
+
+
+def _check_input(x: Tensor) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected a torch.Tensor batch, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"expected a floating-point batch, got dtype {x.dtype}; convert images with x.float() / 255")
+    if x.ndim < 2 or x.shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch with a leading batch dimension, got shape {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).flatten(1).any(1).sum())
+        raise NonFiniteInputError(f"{bad} of {x.shape[0]} samples contain NaN or Inf; nothing was adapted")

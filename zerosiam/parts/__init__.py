@@ -1,0 +1,1 @@
+"""Small, separately tested parts that methods are assembled from."""

@@ -1,0 +1,152 @@
+"""The model split: the final classifier head g and the pre-logit feature z = f(x) that feeds it.
+
+ZeroSiam needs z to build its online branch g(h(z)) without a second backbone pass. A forward hook on
+the head captures z (the head's input) during the model's own forward, so the target branch is simply
+the model's output. The head is found, in order: as the user names it; by timm's ``get_classifier()``;
+by the usual attribute names (``fc``, ``classifier``, ``head``, ``heads``, ``lm_head``, ...); and, for
+any other model, on the first batch, as the linear layer whose output *is* the model's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+_HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads", "lm_head", "linear", "last_linear", "output")
+
+
+class HeadNotFoundError(ValueError):
+    """The model's classifier head could not be detected; the message says how to name it."""
+
+
+def _how_to_name(model: nn.Module) -> str:
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    hint = f" Its linear layers are: {', '.join(linears[-5:])}." if linears else ""
+    return (
+        f"Name the head explicitly, e.g. zerosiam.adapt(model, method, head='fc') with the dotted name "
+        f"of the final classifier module of {type(model).__name__}.{hint}"
+    )
+
+
+def _last_linear(module: nn.Module) -> nn.Linear | None:
+    if isinstance(module, nn.Linear):
+        return module
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    return linears[-1] if linears else None
+
+
+def find_head(model: nn.Module, head: str | nn.Module | None = None) -> nn.Module | None:
+    """The classifier head found without running the model, or None when only a forward can tell."""
+    if isinstance(head, nn.Module):
+        return head
+    if isinstance(head, str):
+        try:
+            return model.get_submodule(head)
+        except AttributeError:
+            raise HeadNotFoundError(f"model has no submodule named {head!r}. {_how_to_name(model)}") from None
+    get_classifier = getattr(model, "get_classifier", None)
+    if callable(get_classifier):
+        found = get_classifier()
+        if isinstance(found, nn.Linear):
+            return found
+    for attribute in _HEAD_ATTRIBUTES:
+        candidate = getattr(model, attribute, None)
+        if isinstance(candidate, nn.Module) and (linear := _last_linear(candidate)) is not None:
+            return linear
+    return None
+
+
+class FeatureTap:
+    """Captures the head's input z and output during the model's forward.
+
+    ``head_of(z)`` reapplies the head to a new feature (the online branch) without being captured.
+    When the head is unknown, every linear layer is watched for one forward and the one that produced
+    the model's output becomes the head.
+    """
+
+    def __init__(self, model: nn.Module, head: str | nn.Module | None = None) -> None:
+        self.model = model
+        self.head = find_head(model, head)
+        self._handles: list = []
+        self._calls: dict[nn.Module, tuple[Tensor, Tensor]] = {}
+        self._active = True
+        self._watch([self.head] if self.head is not None else self._all_linears())
+
+    def _all_linears(self) -> list[nn.Module]:
+        linears = [m for m in self.model.modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise HeadNotFoundError(
+                f"{type(self.model).__name__} has no linear layer. {_how_to_name(self.model)}"
+            )
+        return linears
+
+    def _watch(self, modules: list[nn.Module]) -> None:
+        self.close()
+        for module in modules:
+            self._handles.append(module.register_forward_hook(self._record))
+
+    def _record(self, module: nn.Module, inputs: tuple, output: Tensor) -> None:
+        if self._active:
+            self._calls[module] = (inputs[0], output)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Run the model once; return its output (the target branch) and the captured feature z."""
+        self._calls.clear()
+        output = self.model(x)
+        if self.head is None:
+            self._adopt_head_producing(output)
+        if self.head not in self._calls:
+            hint = _how_to_name(self.model)
+            raise HeadNotFoundError(f"the head {type(self.head).__name__} did not run in the forward. {hint}")
+        feature, head_output = self._calls.pop(self.head)
+        self._calls.clear()
+        if head_output.shape != output.shape or not torch.equal(head_output, output):
+            raise HeadNotFoundError(
+                "the detected head's output is not the model's output (something runs after it). "
+                + _how_to_name(self.model)
+            )
+        return output, feature
+
+    def _adopt_head_producing(self, output: Tensor) -> None:
+        producers = [m for m, (_, out) in self._calls.items() if out is output]
+        if len(producers) != 1:
+            raise HeadNotFoundError(
+                f"no linear layer of {type(self.model).__name__} produces its output directly. "
+                + _how_to_name(self.model)
+            )
+        self.head = producers[0]
+        self._watch([self.head])
+
+    def head_of(self, feature: Tensor) -> Tensor:
+        self._active = False
+        try:
+            return self.head(feature)
+        finally:
+            self._active = True
+
+    @property
+    def feature_dim(self) -> int:
+        if not isinstance(self.head, nn.Linear):
+            raise HeadNotFoundError(f"the head must be a linear layer, got {type(self.head).__name__}.")
+        return self.head.in_features
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    """What a user can inspect about how their model was split."""
+
+    head_name: str
+    feature_dim: int
+    num_classes: int
+
+
+def describe(model: nn.Module, head: nn.Module) -> SplitInfo:
+    name = next((n for n, m in model.named_modules() if m is head), "?")
+    return SplitInfo(name, head.in_features, head.out_features)

@@ -1,0 +1,235 @@
+"""The test streams of the paper's protocols (``shared/docs/protocols.md``) as pure functions.
+
+Each function maps (labels or sizes, seed, protocol parameters) to int64 index arrays, so every method
+sees the very same samples in the very same order for a given seed, and the streams can be tested on
+their properties without a model. Nothing here touches images.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+NOISE, DATA = 0, 1  # the domain column of ``noise_prefix``
+LABEL_SHIFT_LENGTH_FACTOR = 2  # T = 2 × dataset size: the ImageNet choice (100,000 steps for 50,000 images)
+DIRICHLET_CHUNKS_PER_CLASS = 10
+
+ArrayLike = np.ndarray | Sequence[int]
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _labels(labels: ArrayLike) -> np.ndarray:
+    array = np.asarray(labels)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"labels must be a non-empty 1-D array, got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"labels must be integers, got dtype {array.dtype}")
+    return array
+
+
+def _rng(seed: int) -> np.random.Generator:
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return np.random.default_rng(int(seed))
+
+
+def _count(value: int, what: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------- mild
+def mild(labels: ArrayLike, seed: int) -> np.ndarray:
+    """Every sample once, in a seeded random order (the ``mild`` and ``bs1`` protocols)."""
+    return _rng(seed).permutation(len(_labels(labels))).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- label shift
+def visited_probability(imbalance_ratio: float, num_classes: int) -> float:
+    """Chance that a step draws the class being visited: ``IR / (IR + C − 1)`` (1 for IR = ∞)."""
+    if math.isinf(imbalance_ratio):
+        return 1.0
+    return imbalance_ratio / (imbalance_ratio + num_classes - 1)
+
+
+def label_shift_schedule(num_classes: int, length: int, seed: int) -> np.ndarray:
+    """The class visited at each of ``length`` steps: classes in a seeded random order, each for a run of
+    ``length / C`` consecutive steps (runs differ by at most one step when ``C`` does not divide it).
+
+    Classes are given as positions 0..C−1; ``label_shift`` maps them to the label values.
+    """
+    order = _rng(seed).permutation(num_classes)
+    segment = np.arange(length, dtype=np.int64) * num_classes // length
+    return order[segment]
+
+
+def label_shift(
+    labels: ArrayLike, imbalance_ratio: float, seed: int, length: int | None = None
+) -> np.ndarray:
+    """SAR's class-imbalanced online stream (protocols.md, "Label shift").
+
+    ``length`` steps (default ``2 × len(labels)``) visit the C classes in a seeded random order,
+    ``length / C`` consecutive steps each. Each step draws a class from ``q`` (the visited class with
+    probability ``IR / (IR + C − 1)``, each other class ``1 / (IR + C − 1)``), then an image of that class
+    uniformly *with replacement*. ``imbalance_ratio = math.inf`` gives a purely class-ordered stream.
+    """
+    labels = _labels(labels)
+    if not (isinstance(imbalance_ratio, int | float | np.number) and imbalance_ratio > 0):
+        raise ValueError(f"imbalance_ratio must be a positive number or math.inf, got {imbalance_ratio!r}")
+    classes, inverse = np.unique(labels, return_inverse=True)
+    num_classes = len(classes)
+    steps = LABEL_SHIFT_LENGTH_FACTOR * len(labels) if length is None else _count(length, "length", 1)
+    if steps < num_classes:
+        raise ValueError(f"length {steps} is shorter than the number of classes {num_classes}")
+    visited = label_shift_schedule(num_classes, steps, seed)
+    rng = np.random.default_rng([int(seed), 1])  # a stream independent of the schedule's
+    drawn = _draw_classes(visited, visited_probability(float(imbalance_ratio), num_classes), num_classes, rng)
+    return _draw_members(inverse, drawn, num_classes, rng)
+
+
+def _draw_classes(
+    visited: np.ndarray, p_visit: float, num_classes: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Per step: the visited class with probability ``p_visit``, else a uniformly chosen other class."""
+    if num_classes == 1 or p_visit >= 1.0:
+        return visited.copy()
+    stay = rng.random(len(visited)) < p_visit
+    other = rng.integers(0, num_classes - 1, size=len(visited))
+    other += other >= visited  # skip the visited class: uniform over the C − 1 others
+    return np.where(stay, visited, other)
+
+
+def _draw_members(
+    inverse: np.ndarray, drawn: np.ndarray, num_classes: int, rng: np.random.Generator
+) -> np.ndarray:
+    """For each step, a uniformly drawn sample index (with replacement) of the drawn class."""
+    by_class = np.argsort(inverse, kind="stable")
+    counts = np.bincount(inverse, minlength=num_classes)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pick = starts[drawn] + rng.integers(0, counts[drawn])
+    return by_class[pick].astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- Dirichlet
+def dirichlet_shift(
+    labels: ArrayLike, concentration: float, seed: int, num_chunks: int | None = None
+) -> np.ndarray:
+    """Every sample once, in chunks whose class mix follows Dir(δ) (the non-i.i.d. stream of other TTA
+    benchmarks). Each class's samples are split over ``num_chunks`` chunks (default ``10 × C``) with
+    Dir(``concentration``) proportions; chunks are shuffled inside and played in order. Small δ gives
+    chunks dominated by one class, large δ approaches the ``mild`` stream.
+    """
+    labels = _labels(labels)
+    if not (isinstance(concentration, int | float | np.number) and 0 < concentration < math.inf):
+        raise ValueError(f"concentration must be a positive finite number, got {concentration!r}")
+    classes = np.unique(labels)
+    chunks = (
+        DIRICHLET_CHUNKS_PER_CLASS * len(classes)
+        if num_chunks is None
+        else _count(num_chunks, "num_chunks", 1)
+    )
+    rng = _rng(seed)
+    parts: list[list[np.ndarray]] = [[] for _ in range(chunks)]
+    for cls in classes:
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        shares = rng.dirichlet(np.full(chunks, float(concentration)))
+        cuts = np.floor(np.cumsum(shares)[:-1] * len(members)).astype(np.int64)
+        for chunk, piece in zip(parts, np.split(members, cuts), strict=True):
+            chunk.append(piece)
+    return np.concatenate([rng.permutation(np.concatenate(chunk)) for chunk in parts]).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- mixed
+def mixed(domain_sizes: Sequence[int], seed: int) -> np.ndarray:
+    """All samples of several domains (e.g. the 15 corruptions) concatenated and shuffled together.
+
+    Returns an ``(M, 2)`` int64 array of ``(domain, index within domain)`` rows, ``M = sum(domain_sizes)``.
+    """
+    sizes = [_count(s, "each domain size") for s in domain_sizes]
+    if not sizes:
+        raise ValueError("mixed needs at least one domain")
+    domain = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    index = np.concatenate([np.arange(s, dtype=np.int64) for s in sizes])
+    order = _rng(seed).permutation(len(domain))
+    return np.stack([domain[order], index[order]], axis=1)
+
+
+# ---------------------------------------------------------------------------------------------- batching
+def batches(indices: ArrayLike | int, batch_size: int) -> np.ndarray:
+    """Batch boundaries: batch ``i`` is ``indices[b[i]:b[i + 1]]``; the last batch may be smaller.
+
+    ``indices`` may also be the stream length. Online accuracy counts every sample, so nothing is dropped.
+    """
+    size = _count(batch_size, "batch_size", 1)
+    n = _count(indices, "stream length") if isinstance(indices, int | np.integer) else len(indices)
+    return np.append(np.arange(0, n, size, dtype=np.int64), np.int64(n)) if n else np.zeros(1, dtype=np.int64)
+
+
+def iter_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """The stream cut into batches (views of ``indices``) at ``batches`` boundaries."""
+    bounds = batches(indices, batch_size)
+    return [indices[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------- blind spot
+def blind_spot(wrong_mask: ArrayLike, length: int | None, seed: int) -> np.ndarray:
+    """The blind-spot adaptation stream: only samples the unadapted model gets wrong, brought to ``length``
+    (default: the dataset size, ``len(wrong_mask)``).
+
+    The wrong samples are put in a seeded random order; if there are at least ``length`` the first
+    ``length`` are kept (a random sample), else the whole list is repeated and topped up with a random
+    remainder drawn without replacement.
+    """
+    mask = np.asarray(wrong_mask)
+    if mask.ndim != 1 or mask.dtype != np.bool_:
+        raise ValueError(f"wrong_mask must be a 1-D boolean array, got {mask.dtype} of shape {mask.shape}")
+    steps = len(mask) if length is None else _count(length, "length")
+    wrong = np.flatnonzero(mask)
+    rng = _rng(seed)
+    if steps == 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(wrong) == 0:
+        raise ValueError("the unadapted model got nothing wrong, so the blind-spot stream is empty")
+    order = rng.permutation(wrong)
+    if len(order) >= steps:
+        return order[:steps].astype(np.int64)
+    repeats, remainder = divmod(steps, len(order))
+    top_up = rng.permutation(wrong)[:remainder]
+    return np.concatenate([*([order] * repeats), top_up]).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- noise prefix
+def noise_prefix(labels: ArrayLike, num_noise: int, seed: int) -> np.ndarray:
+    """``num_noise`` pure-noise images, then the ``mild`` stream of ``labels``.
+
+    Returns ``(M, 2)`` rows of ``(domain, index)``: domain ``NOISE`` (0) rows number the noise images
+    0..num_noise−1 (the caller generates them), domain ``DATA`` (1) rows index the dataset. Only the
+    ``DATA`` part is evaluated.
+    """
+    count = _count(num_noise, "num_noise")
+    data = mild(labels, seed)
+    head = np.stack([np.full(count, NOISE, dtype=np.int64), np.arange(count, dtype=np.int64)], axis=1)
+    tail = np.stack([np.full(len(data), DATA, dtype=np.int64), data], axis=1)
+    return np.concatenate([head, tail])
+
+
+# ---------------------------------------------------------------------------------------------- epochs
+def epochs(indices: ArrayLike | Callable[[int], ArrayLike], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stream played ``k`` times: returns (concatenated indices, pass boundaries of length k + 1).
+
+    ``indices`` is either one fixed order, repeated as is, or a function of the pass number 0..k−1 (e.g.
+    ``lambda e: mild(labels, seed + e)`` to reshuffle each pass). The k-th pass, the one evaluated, is
+    ``stream[bounds[-2]:bounds[-1]]``.
+    """
+    passes = _count(k, "k", 1)
+    if callable(indices):
+        rounds = [np.asarray(indices(e), dtype=np.int64) for e in range(passes)]
+    else:
+        rounds = [np.asarray(indices, dtype=np.int64)] * passes
+    if any(r.ndim != 1 for r in rounds):
+        raise ValueError("each pass must be a 1-D index array")
+    bounds = np.concatenate([[0], np.cumsum([len(r) for r in rounds])]).astype(np.int64)
+    return np.concatenate(rounds), bounds
