@@ -52,7 +52,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
     served.mkdir()
     handler = type("Handler", (_QuietHandler,), {"requests": []})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(served)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", served, handler.requests

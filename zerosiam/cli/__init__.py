@@ -12,7 +12,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerosiam", description="Test-time adaptation without collapse.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
         importlib.import_module(f"{__name__}.{module}").register(subparsers)
     return parser
 

@@ -12,6 +12,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
+from scipy import sparse
 
 Border = str  # "edge" (a a | a b c), "symmetric" (b a | a b c) or "mirror" (c b | a b c)
 
@@ -88,25 +89,50 @@ def separable(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=128)
-def clipped_zoom_matrix(size: int, zoom: float) -> np.ndarray:
-    """Centre crop of ⌈size/zoom⌉ pixels, linearly resampled (corner-aligned) and cropped back to size.
-
-    This is the 1-D factor of the "clipped zoom" used by zoom_blur and snow: the output length of the
-    resampling follows SciPy's rule round(crop·zoom) (half to even), so the zoom can be slightly off-centre.
-    """
+def _clipped_zoom_taps(size: int, zoom: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lower/upper source indices and upper weights of the 1-D clipped zoom (see :func:`clipped_zoom`)."""
     crop = math.ceil(size / zoom)
     top = (size - crop) // 2
-    zoomed = round(crop * zoom)
+    zoomed = round(crop * zoom)  # SciPy's output length rule: half to even
     trim = (zoomed - size) // 2
     coords = top + (np.arange(size) + trim) * (crop - 1) / (zoomed - 1)
     lower = np.clip(np.floor(coords).astype(np.int64), top, top + crop - 1)
     upper = np.minimum(lower + 1, top + crop - 1)
-    frac = coords - lower
-    matrix = np.zeros((size, size))
-    np.add.at(matrix, (np.arange(size), lower), 1.0 - frac)
-    np.add.at(matrix, (np.arange(size), upper), frac)
-    matrix.setflags(write=False)
-    return matrix
+    return lower, upper, coords - lower
+
+
+def clipped_zoom(x: np.ndarray, zoom: float) -> np.ndarray:
+    """Centre crop of ⌈S/zoom⌉ pixels, linearly resampled (corner-aligned) to round(crop·zoom), cropped to S.
+
+    Used by zoom_blur and snow on (N, S, S[, C]) batches. The resampled length follows SciPy's rounding
+    (half to even), so some zooms are slightly off-centre, as in the reference. Linear interpolation has
+    two taps per output, so it is applied as two gathers per axis rather than a dense matrix product.
+    """
+    lower, upper, frac = _clipped_zoom_taps(x.shape[1], float(zoom))
+    weight = frac.astype(x.dtype).reshape(-1, *([1] * (x.ndim - 2)))
+    x = x[:, lower] * (1 - weight) + x[:, upper] * weight
+    weight = weight.reshape(1, -1, *([1] * (x.ndim - 3)))
+    return x[:, :, lower] * (1 - weight) + x[:, :, upper] * weight
+
+
+@lru_cache(maxsize=32)
+def zoom_average_operator(size: int, zooms: tuple[float, ...]) -> sparse.csr_matrix:
+    """(I + Σ_z Z_z ⊗ Z_z) / (len(zooms) + 1) as a sparse (S², S²) matrix acting on row-major flat images.
+
+    Z_z is the 1-D clipped zoom, so Z_z ⊗ Z_z applies it along both axes; summing the Kronecker products
+    once turns zoom blur's dozens of resamplings into one sparse product per channel (few distinct source
+    pixels per output, as nearby zooms read nearly the same neighbours).
+    """
+    total = sparse.identity(size * size, format="csr")
+    for zoom in zooms:
+        lower, upper, frac = _clipped_zoom_taps(size, zoom)
+        rows = np.repeat(np.arange(size), 2)
+        one_d = sparse.csr_matrix(
+            (np.column_stack([1 - frac, frac]).ravel(), (rows, np.column_stack([lower, upper]).ravel())),
+            shape=(size, size),
+        )
+        total = total + sparse.kron(one_d, one_d, format="csr")
+    return (total / (len(zooms) + 1)).tocsr()
 
 
 def motion_blur(images: np.ndarray, radius: float, sigma: float, angles_deg: np.ndarray) -> np.ndarray:
@@ -124,12 +150,13 @@ def motion_blur(images: np.ndarray, radius: float, sigma: float, angles_deg: np.
     theta = np.deg2rad(np.asarray(angles_deg, dtype=np.float64))[:, None]
     col_off = np.ceil(taps * np.cos(theta) - 0.5).astype(np.int64)  # (N, K)
     row_off = np.ceil(taps * np.sin(theta) - 0.5).astype(np.int64)
-    which = np.arange(n)[:, None, None]
+    flat = images.reshape(n * h * w, -1)
+    first = (np.arange(n) * (h * w))[:, None, None]  # flat index of each image's first pixel
     acc = np.zeros(images.shape, dtype=np.float64)
     for m, weight in enumerate(weights):
         rows = np.clip(np.arange(h)[None, :] + row_off[:, m : m + 1], 0, h - 1)
         cols = np.clip(np.arange(w)[None, :] + col_off[:, m : m + 1], 0, w - 1)
-        acc += weight * images[which, rows[:, :, None], cols[:, None, :]]
+        acc += weight * np.take(flat, first + rows[:, :, None] * w + cols[:, None, :], axis=0)
     return np.floor(np.floor(acc * 257.0 + 0.5) / 257.0).astype(np.uint8)
 
 
@@ -144,10 +171,16 @@ def bilinear_sample(images: np.ndarray, rows: np.ndarray, cols: np.ndarray, bord
     n, h, w = images.shape[:3]
     r0, r1, fr = _fold_coordinate(rows, h, border)
     c0, c1, fc = _fold_coordinate(cols, w, border)
-    which = np.arange(n).reshape(n, *([1] * (rows.ndim - 1)))
-    top = images[which, r0, c0] * (1 - fc)[..., None] + images[which, r0, c1] * fc[..., None]
-    bottom = images[which, r1, c0] * (1 - fc)[..., None] + images[which, r1, c1] * fc[..., None]
-    return top * (1 - fr)[..., None] + bottom * fr[..., None]
+    flat = images.reshape(n * h * w, -1)
+    first = (np.arange(n) * (h * w)).reshape(n, *([1] * (rows.ndim - 1)))
+    fr, fc = fr[..., None], fc[..., None]
+
+    def row(r: np.ndarray) -> np.ndarray:
+        left = np.take(flat, first + r * w + c0, axis=0)
+        return left + (np.take(flat, first + r * w + c1, axis=0) - left) * fc
+
+    top = row(r0)
+    return top + (row(r1) - top) * fr
 
 
 def _fold_coordinate(coord: np.ndarray, size: int, border: Border) -> tuple[np.ndarray, ...]:

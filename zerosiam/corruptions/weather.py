@@ -10,7 +10,7 @@ from PIL import Image
 from scipy import ndimage
 
 from ._common import (
-    clipped_zoom_matrix,
+    clipped_zoom,
     gaussian_matrix,
     motion_blur,
     quantize_255,
@@ -38,7 +38,7 @@ def snow(images: np.ndarray, params: tuple[float, ...], rngs: Sequence[np.random
     for rng in rngs:  # per-image draw order: the field first, then the angle
         fields.append(rng.normal(mean, std, (h, w)))
         angles.append(rng.uniform(-135.0, -45.0))
-    layer = separable(np.stack(fields), clipped_zoom_matrix(h, float(zoom)))
+    layer = clipped_zoom(np.stack(fields), float(zoom))
     layer[layer < threshold] = 0.0
     streaks = motion_blur(to_uint8(layer)[..., None], radius, sigma, np.array(angles))
     streaks = streaks[..., 0].astype(np.float32) / np.float32(255.0)

@@ -77,7 +77,6 @@ class AssetFile:
     path: str
     sha256: str
     urls: tuple[str, ...] = ()
-    size: int | None = None
 
     @property
     def name(self) -> str:
@@ -153,8 +152,10 @@ def _resnet(depth: int, sha256: str) -> Asset:
 
 
 def _frost_file(name: str, sha256: str) -> AssetFile:
+    """The textures sit in the ``imagenet_c`` package folder and beside the ImageNet-C creation scripts."""
+    folders = ("ImageNet-C/imagenet_c/imagenet_c/frost", "ImageNet-C/create_c")
     return AssetFile(
-        f"frost/{name}", sha256, (_gh_raw(_FROST_REPO, _FROST_COMMIT, f"ImageNet-C/create_c/{name}"),)
+        f"frost/{name}", sha256, tuple(_gh_raw(_FROST_REPO, _FROST_COMMIT, f"{d}/{name}") for d in folders)
     )
 
 
@@ -193,7 +194,6 @@ def _build_registry() -> dict[str, Asset]:
                 AssetFile(
                     "cifar10-jpeg/cifar10-jpeg-test.tar.gz",
                     "4b250120166adc690b12f1ad5ed1aa61b1a4f178e510a0c2e2647b4f2b4a4c49",
-                    size=3241203,
                 ),
             ),
             source=_CIFAR_JPEG_REPO,
@@ -207,7 +207,6 @@ def _build_registry() -> dict[str, Asset]:
                 AssetFile(
                     "cifar10-jpeg/cifar10-jpeg-train.tar.gz",
                     "fe323be6cf40ba16fffeee9072f5f1e3f991fba84846f267e3559069a49e20aa",
-                    size=16193166,
                 ),
             ),
             source=_CIFAR_JPEG_REPO,
@@ -224,7 +223,6 @@ def _build_registry() -> dict[str, Asset]:
                 AssetFile(
                     "imagenet-sample/imagenet-sample-1000.tar",
                     "be9a4f3eb64a8dcca0e3c7f0379cce1db241470e3d84485f854936c499e1ba8a",
-                    size=110356480,
                 ),
             ),
             source="https://github.com/EliSchwartz/imagenet-sample-images/tree/bc69043",
@@ -242,7 +240,7 @@ def _build_registry() -> dict[str, Asset]:
                 _frost_file("frost5.jpg", "5fc6a19df4a429ba68abdcc8f8a4278d4c9f81c9ccafd2c92ab0c8cf8992ebd2"),
                 _frost_file("frost6.jpg", "1f92b2f48408748085b68dd81d816ef239f42cef3029c25d041fcb6760fb4f25"),
             ),
-            source=f"https://github.com/{_FROST_REPO} @ {_FROST_COMMIT} (ImageNet-C/create_c)",
+            source=f"https://github.com/{_FROST_REPO} @ {_FROST_COMMIT} (ImageNet-C)",
             licence="Apache-2.0",
             description="the frost textures of the frost corruption",
             licence_files=(frost_licence,),
@@ -473,6 +471,10 @@ def resolve(
         if bad:
             warnings.warn(f"ignored corrupt copies of {entry.path}: {bad}", stacklevel=3)
         return found
+    if not entry.urls:
+        looked.append("(no download URL is registered for this file: it must come from a mirror)")
+    elif not download:
+        looked.append("(downloading was not allowed)")
     if bad:
         raise ChecksumMismatchError(entry.path, entry.sha256, bad, looked)
     raise AssetMissingError(entry.path, entry.sha256, looked)

@@ -6,10 +6,14 @@ import dataclasses
 
 from torch import nn
 
-from zerosiam.methods.adapter import Adapter, NonFiniteInputError, Settings
+from zerosiam.methods.adapter import Adapter, NonFiniteInputError, Settings, prepare_options
+from zerosiam.methods.come import come
+from zerosiam.methods.deyo import deyo
+from zerosiam.methods.eata import eata, eta
 from zerosiam.methods.hparams import resolve_rates
 from zerosiam.methods.noadapt import noadapt
 from zerosiam.methods.recipe import Asymmetry, Recipe
+from zerosiam.methods.sar import sar
 from zerosiam.methods.tent import tent
 from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
 
@@ -23,8 +27,11 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _recipe in (noadapt, tent, zerosiam):
+for _recipe in (noadapt, tent, zerosiam, sar, eata, eta, deyo, come):
     register(_recipe)
+# The paper's compositions (§ integration with EATA and DeYO), listed so that benchmarks see them.
+for _recipe in (eata, deyo):
+    register(with_zerosiam(_recipe))
 
 
 def available_methods() -> list[str]:
@@ -48,20 +55,23 @@ _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
 _RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
 
 
-def _apply_overrides(recipe: Recipe, overrides: dict) -> Recipe:
-    """Recipe fields and ZeroSiam's asymmetry options (alpha, predictor, divergence, stop_gradient)."""
+def _apply_overrides(recipe: Recipe, overrides: dict) -> tuple[Recipe, dict]:
+    """Recipe fields and ZeroSiam's asymmetry options (alpha, predictor, divergence, stop_gradient);
+    returns the recipe and the extras its parts take in ``prepare`` (e.g. EATA's ``clean_data``)."""
+    extras = {k: overrides.pop(k) for k in list(overrides) if k in prepare_options(recipe) - _RECIPE_FIELDS}
     unknown = set(overrides) - _ASYMMETRY_FIELDS - _RECIPE_FIELDS
     if unknown:
+        options = sorted(_ASYMMETRY_FIELDS | _RECIPE_FIELDS | prepare_options(recipe))
         raise TypeError(
             f"unknown option(s) {sorted(unknown)} for {recipe.name}; options are lr, predictor_lr, momentum, "
-            f"batch_size, head, {', '.join(sorted(_ASYMMETRY_FIELDS | _RECIPE_FIELDS))}"
+            f"batch_size, head, {', '.join(options)}"
         )
     asymmetric = {k: overrides.pop(k) for k in list(overrides) if k in _ASYMMETRY_FIELDS}
     if asymmetric:
         if recipe.asymmetry is None:
             raise TypeError(f"{sorted(asymmetric)} apply to ZeroSiam's predictor; {recipe.name} has none")
         recipe = recipe.with_(asymmetry=dataclasses.replace(recipe.asymmetry, **asymmetric))
-    return recipe.with_(**overrides) if overrides else recipe
+    return (recipe.with_(**overrides) if overrides else recipe), extras
 
 
 def adapt(
@@ -80,16 +90,17 @@ def adapt(
     ``lr`` (η_f) and ``predictor_lr`` (η_h) default to the paper's rates for the model's family at
     ``batch_size``; ``head`` names the classifier module when it cannot be detected; any other keyword
     overrides a recipe field or ZeroSiam's asymmetry option (``alpha``, ``predictor``, ``divergence``,
-    ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp", divergence="js")``.
+    ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp", divergence="js")``; keywords
+    that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     """
-    recipe = _apply_overrides(get_recipe(method), dict(overrides))
+    recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     rates = resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1) if recipe.adapts else None
     settings = Settings(
         lr=lr if lr is not None else (rates.lr if rates else 0.0),
         predictor_lr=predictor_lr if predictor_lr is not None else (rates.predictor_lr if rates else 0.0),
         momentum=momentum,
     )
-    return Adapter(model, recipe, settings, head=head)
+    return Adapter(model, recipe, settings, head=head, extras=extras)
 
 
 __all__ = [

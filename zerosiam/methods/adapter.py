@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,12 @@ class Adapter:
     """Online test-time adaptation of ``model`` by ``recipe``. Build it with ``zerosiam.adapt``."""
 
     def __init__(
-        self, model: nn.Module, recipe: Recipe, settings: Settings, head: str | nn.Module | None = None
+        self,
+        model: nn.Module,
+        recipe: Recipe,
+        settings: Settings,
+        head: str | nn.Module | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
@@ -71,6 +77,16 @@ class Adapter:
         if self._tap is not None and self._tap.head is not None:
             self._add_predictor(self._tap.feature_dim)
         self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        self._prepare(extras or {})
+
+    def _prepare(self, extras: dict[str, Any]) -> None:
+        """Let parts that need more than the test stream (EATA's Fisher needs clean data) set themselves
+        up on the configured model; each ``prepare`` receives only the keywords it declares."""
+        for part in recipe_parts(self.recipe).values():
+            prepare = getattr(part, "prepare", None)
+            if callable(prepare):
+                accepted = _keywords(prepare)
+                prepare(self, **{key: value for key, value in extras.items() if key in accepted})
 
     # --- the online loop -------------------------------------------------------------------------
     def __call__(self, x: Tensor) -> Tensor:
@@ -161,10 +177,7 @@ class Adapter:
         self.steps = 0
 
     def _stateful_parts(self) -> dict[str, Any]:
-        recipe = self.recipe
-        candidates = {f"select{i}": rule for i, rule in enumerate(recipe.select)}
-        candidates.update(weight=recipe.weight, regularizer=recipe.regularizer, step=recipe.step, recover=recipe.recover)
-        return {key: part for key, part in candidates.items() if hasattr(part, "reset")}
+        return {key: part for key, part in recipe_parts(self.recipe).items() if hasattr(part, "reset")}
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states."""
@@ -243,6 +256,30 @@ class Adapter:
         if not self.history:
             raise RuntimeError("no step has been taken yet")
         return self.history[-1]
+
+
+def recipe_parts(recipe: Recipe) -> dict[str, Any]:
+    """The recipe's parts that may keep state or need preparing, by a stable key (used in checkpoints)."""
+    candidates = {f"select{i}": rule for i, rule in enumerate(recipe.select)}
+    candidates.update(
+        weight=recipe.weight, regularizer=recipe.regularizer, step=recipe.step, recover=recipe.recover
+    )
+    return {key: part for key, part in candidates.items() if part is not None}
+
+
+def prepare_options(recipe: Recipe) -> set[str]:
+    """The extra keywords of ``adapt`` that the recipe's parts accept in ``prepare`` (e.g. ``clean_data``)."""
+    options: set[str] = set()
+    for part in recipe_parts(recipe).values():
+        prepare = getattr(part, "prepare", None)
+        if callable(prepare):
+            options |= _keywords(prepare)
+    return options
+
+
+def _keywords(function: Any) -> set[str]:
+    parameters = inspect.signature(function).parameters.values()
+    return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def _check_input(x: Tensor) -> None:

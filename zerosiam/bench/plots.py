@@ -1,0 +1,193 @@
+"""The paper's diagnostic figures from benchmark rows, as PNG files.
+
+* :func:`plot_diagnostics`: one panel per quantity the paper tracks over the stream (online accuracy as a
+  running mean, mean logit norm, centre dominance, ``‖θ_h − I‖_F``, the entropy and the divergence terms),
+  one line per run;
+* :func:`plot_lr_heatmap`: accuracy of a learning-rate sweep on a grid (rows ``η_f``, columns ``η_h``).
+
+Figures are drawn on a bare :class:`matplotlib.figure.Figure` attached to the Agg canvas, never through
+``pyplot``: no window, no global backend switch, and nothing left open in a long-running process.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from zerosiam.bench.report import method_name, method_rank, run_labels
+
+# (curve key, panel title, y-axis label) in the order of the paper's diagnostics.
+PANELS: tuple[tuple[str, str, str], ...] = (
+    ("accuracy", "Online accuracy (running mean)", "accuracy (%)"),
+    ("logit_norm", "Mean logit norm", r"$\|u\|_2$"),
+    ("centre_dominance", "Centre dominance", r"$\|\bar u\| \,/\, \overline{\|u\|}$"),
+    ("predictor_drift", "Predictor drift", r"$\|\theta_h - I\|_F$"),
+    ("entropy", "Entropy term", "entropy (nats)"),
+    ("divergence", "Divergence term", "divergence (nats)"),
+)
+
+
+def running_mean(values: Sequence[float]) -> np.ndarray:
+    """Cumulative mean of the finite values so far (NaN until the first finite one). Every batch counts
+    once, whatever its size: the per-batch accuracies are all a row keeps."""
+    array = np.asarray(values, dtype=float)
+    finite = np.isfinite(array)
+    totals = np.cumsum(np.where(finite, array, 0.0))
+    counts = np.cumsum(finite)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, totals / np.maximum(counts, 1), np.nan)
+
+
+def _curve(row: Mapping[str, Any], key: str) -> np.ndarray | None:
+    """A run's curve as floats (``None`` for a missing or all-NaN curve); accuracy becomes its running
+    mean in %."""
+    values = (row.get("curves") or {}).get(key)
+    if not values:
+        return None
+    array = np.asarray([math.nan if v is None else v for v in values], dtype=float)
+    if not np.isfinite(array).any():
+        return None
+    return 100.0 * running_mean(array) if key == "accuracy" else array
+
+
+def _line_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Method labels, with the seed appended where two plotted runs would otherwise share a label."""
+    labels = run_labels(rows)
+    plain = [labels[row["run_id"]] for row in rows]
+    return [
+        f"{label} (seed {row['spec'].get('seed')})" if plain.count(label) > 1 else label
+        for label, row in zip(plain, rows, strict=True)
+    ]
+
+
+def _save(figure: Figure, path: str | Path) -> Path:
+    """Render ``figure`` with Agg into a PNG at ``path`` (parent folders created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(figure)
+    figure.savefig(path, format="png", dpi=120)
+    return path
+
+
+def plot_diagnostics(
+    rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str | None = None
+) -> Path:
+    """Write a 2×3 figure of the paper's diagnostics for ``rows`` (one line per run, methods in table
+    order) to ``path``; a panel no run has data for says so instead of staying blank."""
+    if not rows:
+        raise ValueError("plot_diagnostics needs at least one run")
+    rows = sorted(rows, key=lambda row: method_rank(row["spec"]["method"]))
+    labels = _line_labels(rows)
+    figure = Figure(figsize=(14, 7.5), layout="constrained")
+    axes = figure.subplots(2, 3, sharex=True).ravel()
+    for ax, (key, panel_title, ylabel) in zip(axes, PANELS, strict=True):
+        drawn = _draw_panel(ax, rows, labels, key)
+        ax.set_title(panel_title)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if not drawn:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+    for ax in axes[3:]:
+        ax.set_xlabel("step (batch)")
+    handles, names = axes[0].get_legend_handles_labels()
+    figure.legend(handles, names, loc="outside lower center", ncols=min(len(names), 6), frameon=False)
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def _draw_panel(ax: Any, rows: Sequence[Mapping[str, Any]], labels: Sequence[str], key: str) -> bool:
+    """Draw one line per run with data for ``key``; colours follow the run so that panels agree."""
+    drawn = False
+    for index, (row, label) in enumerate(zip(rows, labels, strict=True)):
+        values = _curve(row, key)
+        if values is None:
+            # an invisible entry keeps the shared legend (taken from the first panel) complete
+            ax.plot([], [], color=f"C{index % 10}", label=label)
+            continue
+        ax.plot(np.arange(1, len(values) + 1), values, color=f"C{index % 10}", label=label, linewidth=1.3)
+        drawn = True
+    return drawn
+
+
+def _accuracy(row: Mapping[str, Any]) -> float | None:
+    """A run's accuracy in %, ``None`` if it has none."""
+    value = (row.get("metrics") or {}).get("accuracy")
+    return None if value is None or not math.isfinite(value) else 100.0 * value
+
+
+def _axis_key(value: Any) -> tuple[int, float, str]:
+    """Sort key for sweep values: numbers ascending, anything else (e.g. ``None``) after them."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return 0, float(value), ""
+    return 1, 0.0, str(value)
+
+
+def lr_grid(
+    rows: Sequence[Mapping[str, Any]], *, row_param: str = "lr", col_param: str = "predictor_lr"
+) -> tuple[list[Any], list[Any], np.ndarray]:
+    """The sweep as a grid: the distinct values of ``hparams[row_param]`` (ascending), those of
+    ``hparams[col_param]`` and the mean accuracy (%) of the runs at each pair, NaN where none ran.
+    Several runs at one pair (seeds, corruptions) are averaged with equal weight."""
+    found: dict[tuple[Any, Any], list[float]] = defaultdict(list)
+    for row in rows:
+        hparams = row["spec"].get("hparams") or {}
+        accuracy = _accuracy(row)
+        if accuracy is not None:
+            found[hparams.get(row_param), hparams.get(col_param)].append(accuracy)
+    row_values = sorted({r for r, _ in found}, key=_axis_key)
+    col_values = sorted({c for _, c in found}, key=_axis_key)
+    grid = np.full((len(row_values), len(col_values)), np.nan)
+    for (r, c), values in found.items():
+        grid[row_values.index(r), col_values.index(c)] = statistics.fmean(values)
+    return row_values, col_values, grid
+
+
+def _tick(value: Any) -> str:
+    """Tick label of a sweep value: shortest exact form (``0.0025``, ``1e-05``), anything else as text."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plot_lr_heatmap(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    row_param: str = "lr",
+    col_param: str = "predictor_lr",
+    title: str | None = None,
+) -> Path:
+    """Write the accuracy heat map of a learning-rate sweep to ``path``: rows ``η_f`` (``row_param``),
+    columns ``η_h`` (``col_param``), each cell coloured and annotated with its accuracy (%)."""
+    row_values, col_values, grid = lr_grid(rows, row_param=row_param, col_param=col_param)
+    if not grid.size:
+        raise ValueError("plot_lr_heatmap needs at least one run with an accuracy")
+    figure = Figure(figsize=(1.1 * len(col_values) + 3, 0.7 * len(row_values) + 2.2), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower")
+    _annotate(ax, grid)
+    ax.set_xticks(range(len(col_values)), [_tick(v) for v in col_values])
+    ax.set_yticks(range(len(row_values)), [_tick(v) for v in row_values])
+    ax.set_xlabel(rf"$\eta_h$ ({col_param})")
+    ax.set_ylabel(rf"$\eta_f$ ({row_param})")
+    figure.colorbar(image, ax=ax, label="accuracy (%)")
+    methods = sorted({row["spec"]["method"] for row in rows}, key=method_rank)
+    ax.set_title(title or f"{', '.join(map(method_name, methods))}: accuracy (%) over the sweep")
+    return _save(figure, path)
+
+
+def _annotate(ax: Any, grid: np.ndarray) -> None:
+    """Write each cell's accuracy in it (``–`` where nothing ran), dark on light cells and vice versa."""
+    finite = grid[np.isfinite(grid)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    for (i, j), value in np.ndenumerate(grid):
+        text = "–" if not np.isfinite(value) else f"{value:.1f}"
+        colour = "black" if np.isfinite(value) and value > middle else "white"
+        ax.text(j, i, text, ha="center", va="center", color=colour if np.isfinite(value) else "grey")

@@ -1,0 +1,476 @@
+"""Paper-style accuracy tables from benchmark result rows, written as Markdown, CSV and LaTeX.
+
+A *row* is one run as returned by ``ResultStore.rows()``: a dict with ``spec``, ``metrics`` and ``curves``
+already decoded. Rows are grouped into one :class:`Table` per (dataset, model, protocol, severity), with
+one line per method (NoAdapt first, ZeroSiam and its compositions last, as in the paper) and one column
+per corruption in the paper's order, or per corruption group, plus the average.
+
+Conventions (also in docs/report.md):
+
+* accuracy is shown in %, one decimal; with several seeds a cell is the mean over seeds and, when more than
+  one seed is present, ``± sample std`` (ddof = 1);
+* a cell below NoAdapt's in the same table and column is marked (compared before rounding; ties are not
+  marked);
+* a missing cell is shown as ``–``; a group mean or the average is computed only when **every** member
+  corruption of that method is present, otherwise it is ``–`` too and a note says why: a mean over a
+  different subset of corruptions would not be comparable with the other lines;
+* the mixed protocol (one run over all corruptions) reads its per-corruption accuracy from
+  ``metrics.per_domain`` and adds an ``Overall`` column with the whole stream's accuracy.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerosiam.corruptions import BENCHMARK, GROUPS
+
+BASELINE = "noadapt"
+MIXED = "mixed"
+AVERAGE = "avg"
+OVERALL = "overall"
+MISSING = "–"
+WORSE_MARK = "↓"
+
+# Table order: the reference first, then the baselines roughly by date, the paper's method and its
+# compositions last. Methods not listed here go just before ZeroSiam, alphabetically.
+METHOD_ORDER: tuple[str, ...] = (
+    "noadapt",
+    "tent",
+    "eta",
+    "eata",
+    "sar",
+    "deyo",
+    "come",
+    "zerosiam",
+    "eata+zerosiam",
+    "deyo+zerosiam",
+)
+METHOD_NAMES: dict[str, str] = {
+    "noadapt": "NoAdapt",
+    "tent": "Tent",
+    "eta": "ETA",
+    "eata": "EATA",
+    "sar": "SAR",
+    "deyo": "DeYO",
+    "come": "COME",
+    "zerosiam": "ZeroSiam",
+}
+COLUMN_NAMES: dict[str, str] = {
+    "gaussian_noise": "Gauss.",
+    "shot_noise": "Shot",
+    "impulse_noise": "Impul.",
+    "defocus_blur": "Defoc.",
+    "glass_blur": "Glass",
+    "motion_blur": "Motion",
+    "zoom_blur": "Zoom",
+    "snow": "Snow",
+    "frost": "Frost",
+    "fog": "Fog",
+    "brightness": "Brit.",
+    "contrast": "Contr.",
+    "elastic_transform": "Elastic",
+    "pixelate": "Pixel",
+    "jpeg_compression": "JPEG",
+    "noise": "Noise",
+    "blur": "Blur",
+    "weather": "Weather",
+    "digital": "Digital",
+    AVERAGE: "Avg.",
+    OVERALL: "Overall",
+}
+DATASET_NAMES: dict[str, str] = {
+    "cifar10c": "CIFAR-10-C",
+    "cifar100c": "CIFAR-100-C",
+    "imagenetc": "ImageNet-C",
+}
+# Spec fields that place a run in a table or a column; every other field (and every hparam) that differs
+# between runs of one method makes them separate lines of the table.
+_PLACEMENT_FIELDS = frozenset({"dataset", "model", "protocol", "severity", "corruption", "method", "seed"})
+CSV_FIELDS: tuple[str, ...] = (
+    "dataset",
+    "model",
+    "protocol",
+    "severity",
+    "method",
+    "column",
+    "accuracy",
+    "std",
+    "seeds",
+    "worse_than_noadapt",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table entry: accuracy in % (``None`` if missing), its std over seeds and whether it is below
+    NoAdapt."""
+
+    mean: float | None
+    std: float | None = None
+    seeds: int = 0
+    worse: bool = False
+
+
+@dataclass
+class Table:
+    """One paper-style table: a fixed (dataset, model, protocol, severity), lines = methods, columns =
+    corruptions or groups plus the average (and ``overall`` for the mixed protocol)."""
+
+    dataset: str
+    model: str
+    protocol: str
+    severity: int | None
+    columns: list[str]
+    methods: list[str]
+    cells: dict[tuple[str, str], Cell]
+    notes: list[str] = field(default_factory=list)
+
+    def cell(self, method: str, column: str) -> Cell:
+        """The cell of ``method`` (its display label) in ``column`` (a key such as ``"fog"`` or ``"avg"``)."""
+        return self.cells.get((method, column), Cell(None))
+
+    @property
+    def title(self) -> str:
+        """A caption naming what is fixed in this table (plain ASCII, so that LaTeX needs no extra font)."""
+        dataset = DATASET_NAMES.get(str(self.dataset), str(self.dataset))
+        return f"{dataset}, {self.model}, protocol {self.protocol}, severity {self.severity}: accuracy (%)"
+
+
+# ----------------------------------------------------------------------------------------- selecting rows
+
+
+def select_rows(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    model: str | None = None,
+    protocol: str | None = None,
+    severity: int | None = None,
+    dataset: str | None = None,
+) -> list[Mapping[str, Any]]:
+    """The vision rows that match every given filter (``None`` = any), oldest first so that a later rerun
+    of the same run wins where rows collide."""
+    wanted = {"model": model, "protocol": protocol, "severity": severity, "dataset": dataset}
+    kept = []
+    for row in rows:
+        if row.get("kind", "vision") != "vision":
+            continue
+        spec = row.get("spec") or {}
+        if all(value is None or spec.get(key) == value for key, value in wanted.items()):
+            kept.append(row)
+    return sorted(kept, key=_created_key)
+
+
+def _created_key(row: Mapping[str, Any]) -> tuple[int, float, str]:
+    """Sort key of a row's ``created``: the store writes epoch seconds, hand-made rows may use text."""
+    created = row.get("created")
+    if isinstance(created, int | float):
+        return 0, float(created), ""
+    return 1, 0.0, str(created or "")
+
+
+def method_name(method: str) -> str:
+    """The paper's spelling of a method name (``eata+zerosiam`` -> ``EATA+ZeroSiam``)."""
+    return "+".join(METHOD_NAMES.get(part, part) for part in method.split("+"))
+
+
+def method_rank(method: str) -> tuple[float, str]:
+    """Sort key putting methods in :data:`METHOD_ORDER`, unknown ones just before ZeroSiam."""
+    if method in METHOD_ORDER:
+        return float(METHOD_ORDER.index(method)), method
+    return METHOD_ORDER.index("zerosiam") - 0.5, method
+
+
+def _variant(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What, apart from placement, distinguishes a run: its hparams and any other spec field."""
+    variant = {key: value for key, value in spec.items() if key not in _PLACEMENT_FIELDS | {"hparams"}}
+    variant.update(spec.get("hparams") or {})
+    return variant
+
+
+def _format_value(value: Any) -> str:
+    """A compact rendering of an hparam value for a label (``0.001`` rather than ``0.0010``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def run_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """A display label for every run id: the method's name, plus the settings that differ between runs of
+    that method (e.g. ``ZeroSiam (lr=0.001)``), so that a sweep never gets averaged into one line."""
+    by_method: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_method[row["spec"]["method"]].append(row)
+    labels = {}
+    for method, members in by_method.items():
+        variants = [_variant(row["spec"]) for row in members]
+        keys = sorted({key for variant in variants for key in variant})
+        differing = [
+            k for k in keys if len({json.dumps(v.get(k), sort_keys=True, default=str) for v in variants}) > 1
+        ]
+        for row, variant in zip(members, variants, strict=True):
+            suffix = ", ".join(f"{key}={_format_value(variant.get(key))}" for key in differing)
+            labels[row["run_id"]] = method_name(method) + (f" ({suffix})" if suffix else "")
+    return labels
+
+
+# ---------------------------------------------------------------------------------------- building tables
+
+
+def _accuracies(row: Mapping[str, Any]) -> dict[str, float]:
+    """Accuracy in % per column key that this run provides (per corruption; ``overall`` for mixed)."""
+    spec, metrics = row["spec"], row.get("metrics") or {}
+    accuracy = metrics.get("accuracy")
+    if spec.get("corruption") == MIXED:
+        per_domain = (metrics.get("per_domain") or {}).items()
+        found = {name: 100.0 * value for name, value in per_domain if name in BENCHMARK and value is not None}
+        if accuracy is not None:
+            found[OVERALL] = 100.0 * accuracy
+        return {key: value for key, value in found.items() if math.isfinite(value)}
+    if accuracy is None or not math.isfinite(accuracy):
+        return {}
+    return {spec.get("corruption"): 100.0 * accuracy}
+
+
+def _summary(values: Sequence[float]) -> Cell:
+    """Mean and sample std (only with two or more values) of per-seed accuracies."""
+    if not values:
+        return Cell(None)
+    std = statistics.stdev(values) if len(values) > 1 else None
+    return Cell(statistics.fmean(values), std, len(values))
+
+
+def _mean_cell(per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[str]) -> Cell:
+    """A group mean or the average: the mean of the members' seed-means, defined only when every member is
+    present; its std is over the per-seed means of the seeds that have every member."""
+    cells = [_summary([values[m] for values in per_seed.values() if m in values]) for m in members]
+    if any(cell.mean is None for cell in cells):
+        return Cell(None)
+    complete = [statistics.fmean(v[m] for m in members) for v in per_seed.values() if set(members) <= set(v)]
+    std = statistics.stdev(complete) if len(complete) > 1 else None
+    return Cell(statistics.fmean(cell.mean for cell in cells), std, len(complete))
+
+
+def table_columns(groups: bool, mixed: bool) -> list[str]:
+    """Column keys: the 15 corruptions (or the 4 groups), then the average, then ``overall`` for mixed."""
+    columns = list(GROUPS) if groups else list(BENCHMARK)
+    return columns + [AVERAGE] + ([OVERALL] if mixed else [])
+
+
+def _line_cells(per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str]) -> dict[str, Cell]:
+    """Every cell of one method's line, before marking."""
+    members = {**GROUPS, AVERAGE: BENCHMARK}
+    cells = {}
+    for column in columns:
+        if column in members:
+            cells[column] = _mean_cell(per_seed, members[column])
+        else:
+            cells[column] = _summary([values[column] for values in per_seed.values() if column in values])
+    return cells
+
+
+def _mark_worse(table: Table, baseline: str | None) -> None:
+    """Flag every non-baseline cell whose mean is strictly below the baseline's in the same column."""
+    if baseline is None:
+        table.notes.append("No NoAdapt line in this table, so no cell is marked.")
+        return
+    for (method, column), cell in table.cells.items():
+        reference = table.cell(baseline, column).mean
+        if method != baseline and cell.mean is not None and reference is not None and cell.mean < reference:
+            table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
+
+
+def _missing_notes(table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]]) -> None:
+    """One note per line whose means are blank because corruptions are missing."""
+    for method in table.methods:
+        present = {column for values in per_label[method].values() for column in values}
+        missing = [name for name in BENCHMARK if name not in present]
+        if len(missing) == len(BENCHMARK):
+            table.notes.append(f"{method}: no per-corruption result; its means are left blank.")
+        elif missing:
+            names = ", ".join(COLUMN_NAMES[name] for name in missing)
+            table.notes.append(f"{method}: no result for {names}; the means that need them are left blank.")
+
+
+def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool) -> Table:
+    """The table of one (dataset, model, protocol, severity) from its rows. Runs on the extra corruptions
+    (e.g. a sweep on the held-out set) are left out before labelling, so that they neither add empty lines
+    nor lengthen the labels of the lines that stay."""
+    shown = [row for row in rows if row["spec"].get("corruption") in (*BENCHMARK, MIXED)]
+    ignored, rows = len(rows) - len(shown), shown
+    labels = run_labels(rows)
+    method_of = {labels[row["run_id"]]: row["spec"]["method"] for row in rows}
+    per_label: dict[str, dict[Any, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for row in rows:
+        per_label[labels[row["run_id"]]][row["spec"].get("seed")].update(_accuracies(row))
+    mixed = any(row["spec"].get("corruption") == MIXED for row in rows)
+    columns = table_columns(groups, mixed)
+    methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), label))
+    cells = {(m, c): cell for m in methods for c, cell in _line_cells(per_label[m], columns).items()}
+    table = Table(*key, columns=columns, methods=methods, cells=cells)
+    baselines = [label for label in methods if method_of[label] == BASELINE]
+    if len(baselines) > 1:
+        table.notes.append(f"Several NoAdapt lines; cells are compared with {baselines[0]}.")
+    _mark_worse(table, baselines[0] if baselines else None)
+    _missing_notes(table, per_label)
+    if ignored:
+        table.notes.append(f"{ignored} run(s) on corruptions outside the 15 of the benchmark are not shown.")
+    return table
+
+
+def build_tables(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    groups: bool = False,
+    model: str | None = None,
+    protocol: str | None = None,
+    severity: int | None = None,
+    dataset: str | None = None,
+) -> list[Table]:
+    """One :class:`Table` per (dataset, model, protocol, severity) among the rows that pass the filters,
+    in sorted order, leaving out settings with no run on the 15. ``groups=True`` gives the
+    Noise/Blur/Weather/Digital means instead of the corruptions.
+    """
+    selected = select_rows(rows, model=model, protocol=protocol, severity=severity, dataset=dataset)
+    by_key: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in selected:
+        spec = row["spec"]
+        by_key[spec.get("dataset"), spec.get("model"), spec.get("protocol"), spec.get("severity")].append(row)
+    ordered = sorted(by_key, key=lambda k: tuple(map(str, k)))
+    tables = [_build_table(key, by_key[key], groups) for key in ordered]
+    return [table for table in tables if table.methods]  # a setting run only on the extra corruptions
+
+
+# ---------------------------------------------------------------------------------------------- writers
+
+
+def format_cell(cell: Cell, *, mark: str = "", plus_minus: str = " ± ") -> str:
+    """``73.4``, ``73.4 ± 0.2``, with ``mark`` appended when the cell is below NoAdapt; ``–`` if missing."""
+    if cell.mean is None:
+        return MISSING
+    text = f"{cell.mean:.1f}"
+    if cell.std is not None:
+        text += f"{plus_minus}{cell.std:.1f}"
+    return text + (mark if cell.worse else "")
+
+
+def to_markdown(tables: Sequence[Table]) -> str:
+    """All tables as Markdown: a heading, the table, and its notes under it."""
+    blocks = []
+    for table in tables:
+        header = ["Method"] + [COLUMN_NAMES.get(c, c) for c in table.columns]
+        lines = [f"### {table.title}", "", _md_row(header), _md_row(["---"] + ["---:"] * len(table.columns))]
+        for method in table.methods:
+            cells = [format_cell(table.cell(method, c), mark=f" {WORSE_MARK}") for c in table.columns]
+            lines.append(_md_row([method] + cells))
+        lines += ["", f"{WORSE_MARK} = below NoAdapt in the same column; {MISSING} = no result."]
+        lines += [f"- {note}" for note in table.notes]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    """One Markdown table row; a ``|`` inside a label would split the cell, so it is escaped."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def to_csv(tables: Sequence[Table]) -> str:
+    """All tables as one long CSV: a line per (table, method, column) with the accuracy (% , one decimal,
+    empty if missing), its std, the number of seeds and a 0/1 ``worse_than_noadapt`` flag."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for table in tables:
+        for method in table.methods:
+            for column in table.columns:
+                cell = table.cell(method, column)
+                writer.writerow(
+                    {
+                        "dataset": table.dataset,
+                        "model": table.model,
+                        "protocol": table.protocol,
+                        "severity": table.severity,
+                        "method": method,
+                        "column": column,
+                        "accuracy": "" if cell.mean is None else f"{cell.mean:.1f}",
+                        "std": "" if cell.std is None else f"{cell.std:.1f}",
+                        "seeds": cell.seeds,
+                        "worse_than_noadapt": int(cell.worse),
+                    }
+                )
+    return buffer.getvalue()
+
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters so that model and method names compile verbatim."""
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+
+
+def _latex_cell(cell: Cell) -> str:
+    """A LaTeX cell: ``--`` if missing, std in small type, red when below NoAdapt."""
+    if cell.mean is None:
+        return "--"
+    text = f"{cell.mean:.1f}"
+    if cell.std is not None:
+        text += rf"{{\scriptsize$\pm${cell.std:.1f}}}"
+    return rf"\textcolor{{red}}{{{text}}}" if cell.worse else text
+
+
+def _latex_group_header(columns: Sequence[str]) -> list[str]:
+    """The paper's second header line naming the corruption groups, only when corruptions are columns."""
+    if columns[0] not in BENCHMARK:
+        return []
+    spans, rules, start = [""], [], 2
+    for group, members in GROUPS.items():
+        spans.append(rf"\multicolumn{{{len(members)}}}{{c}}{{{COLUMN_NAMES[group]}}}")
+        rules.append(rf"\cmidrule(lr){{{start}-{start + len(members) - 1}}}")
+        start += len(members)
+    spans += [""] * (len(columns) - len(BENCHMARK))
+    return [" & ".join(spans) + r" \\", " ".join(rules)]
+
+
+def to_latex(tables: Sequence[Table]) -> str:
+    """All tables as LaTeX ``table`` environments (needs ``\\usepackage{booktabs,xcolor}``); cells below
+    NoAdapt are red, notes become a footnote-size paragraph under the tabular."""
+    blocks = []
+    for table in tables:
+        lines = [
+            r"% requires \usepackage{booktabs,xcolor}",
+            r"\begin{table}[t]",
+            r"\centering",
+            rf"\caption{{{latex_escape(table.title)}}}",
+            r"\setlength{\tabcolsep}{3pt}",
+            rf"\begin{{tabular}}{{l{'c' * len(table.columns)}}}",
+            r"\toprule",
+            *_latex_group_header(table.columns),
+            " & ".join(["Method"] + [COLUMN_NAMES.get(c, c) for c in table.columns]) + r" \\",
+            r"\midrule",
+        ]
+        for method in table.methods:
+            cells = [_latex_cell(table.cell(method, column)) for column in table.columns]
+            lines.append(" & ".join([latex_escape(method)] + cells) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}"]
+        notes = ["Red: below NoAdapt in the same column; --: no result."] + table.notes
+        lines.append(r"\par\footnotesize " + " ".join(latex_escape(note) for note in notes))
+        lines.append(r"\end{table}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"

@@ -1,0 +1,7 @@
+"""``python -m zerosiam.cli``: the same as the ``zerosiam`` command."""
+
+import sys
+
+from zerosiam.cli import main
+
+sys.exit(main())

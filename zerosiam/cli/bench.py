@@ -1,0 +1,128 @@
+"""``zerosiam bench``: run a grid of the paper's protocols and print the table.
+
+    zerosiam bench --model resnet20 --corruptions gaussian_noise,fog --protocols mild,label_shift \\
+        --methods noadapt,tent,zerosiam --db runs/results.db
+    zerosiam bench --grid grid.yaml --backend ray
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+from typing import Any
+
+
+def _csv(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _assignments(items: list[str], many: bool) -> dict[str, Any]:
+    """``key=value`` (or ``key=v1,v2`` for a sweep) into a mapping of Python literals."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected key=value, got {item!r}")
+        out[key.strip()] = [_value(v) for v in _csv(value)] if many else _value(value)
+    return out
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="run a benchmark grid and print its table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--grid", type=Path, help="a YAML file with the grid's axes (flags below override it)"
+    )
+    parser.add_argument("--model", "--models", dest="models", type=_csv)
+    parser.add_argument("--methods", type=_csv)
+    parser.add_argument("--dataset")
+    parser.add_argument("--corruptions", help="comma-separated names, or 'benchmark' for all 15")
+    parser.add_argument(
+        "--severity", "--severities", dest="severities", type=lambda t: [int(s) for s in _csv(t)]
+    )
+    parser.add_argument("--protocols", type=_csv)
+    parser.add_argument("--seeds", type=lambda t: [int(s) for s in _csv(t)])
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--limit", type=int, help="use this many images of each corruption (seeded subset)")
+    parser.add_argument(
+        "--set",
+        dest="hparams",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an adapt() option for every run, e.g. --set lr=1e-3",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="sweep an option, e.g. --sweep predictor_lr=1e-3,1e-2",
+    )
+    parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
+    parser.add_argument("--backend", choices=("local", "ray"), default="local")
+    parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    parser.add_argument("--workers", type=int, help="parallel runs (default: cores / threads)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--no-report", action="store_true", help="do not print the table at the end")
+    parser.set_defaults(func=main)
+
+
+def grid_from_args(args: argparse.Namespace):
+    from zerosiam.bench.grid import Grid
+
+    values: dict[str, Any] = {}
+    if args.grid:
+        import yaml
+
+        values.update(yaml.safe_load(args.grid.read_text()) or {})
+    flags = {
+        "models": args.models,
+        "methods": args.methods,
+        "dataset": args.dataset,
+        "corruptions": args.corruptions
+        and (args.corruptions if args.corruptions == "benchmark" else _csv(args.corruptions)),
+        "severities": args.severities,
+        "protocols": args.protocols,
+        "seeds": args.seeds,
+        "batch_size": args.batch_size,
+        "limit": args.limit,
+    }
+    values.update({key: value for key, value in flags.items() if value is not None})
+    values["hparams"] = {**values.get("hparams", {}), **_assignments(args.hparams, many=False)}
+    values["sweep"] = {**values.get("sweep", {}), **_assignments(args.sweep, many=True)}
+    values.setdefault("models", ["resnet20"])
+    values.setdefault("methods", ["noadapt", "tent", "zerosiam"])
+    return Grid.from_mapping(values)
+
+
+def main(args: argparse.Namespace) -> int:
+    from zerosiam.bench.grid import KIND, execute
+    from zerosiam.bench.store import ResultStore
+
+    grid = grid_from_args(args)
+    specs = grid.specs()
+    args.db.parent.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(args.db)
+    ran = execute(
+        specs, store, backend=args.backend, workers=args.workers, threads=args.threads, address=args.address
+    )
+    print(f"{ran} run(s) executed, {len(specs) - ran} already in {args.db}")
+    if not args.no_report:
+        from zerosiam.bench.report import build_tables, to_markdown
+
+        wanted = {spec.run_id for spec in specs}
+        print(to_markdown(build_tables([row for row in store.rows(KIND) if row["run_id"] in wanted])))
+    return 0

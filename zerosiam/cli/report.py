@@ -1,0 +1,184 @@
+"""``zerosiam report``: paper-style tables (and optionally figures) from a benchmark results database."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from zerosiam.bench import report
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``report`` and its filters and outputs."""
+    parser = subparsers.add_parser("report", help="accuracy tables and diagnostic figures from results")
+    parser.add_argument(
+        "--db", required=True, metavar="PATH", help="SQLite results database written by the benchmark"
+    )
+    parser.add_argument("--dataset", metavar="D", help="keep only this dataset (e.g. cifar10c)")
+    parser.add_argument("--model", metavar="M", help="keep only this model (e.g. resnet20)")
+    parser.add_argument(
+        "--protocol", metavar="P", help="keep only this protocol (e.g. mild, label_shift, mixed)"
+    )
+    parser.add_argument("--severity", type=int, metavar="S", help="keep only this severity (1-5)")
+    parser.add_argument("--groups", action="store_true", help="Noise/Blur/Weather/Digital means as columns")
+    parser.add_argument(
+        "--out", metavar="DIR", help="folder for table.md, table.csv, table.tex and the figures"
+    )
+    parser.add_argument("--plot", action="store_true", help="diagnostics figure per table (needs --out)")
+    parser.add_argument(
+        "--plot-corruption",
+        metavar="C",
+        help="corruption whose runs --plot draws (default: mixed for the mixed protocol, else the first "
+        "benchmark corruption present)",
+    )
+    parser.add_argument(
+        "--heatmap", action="store_true", help="heat map of each learning-rate sweep (needs --out)"
+    )
+    parser.set_defaults(func=run_report)
+
+
+def _load_rows(db: str) -> list[dict[str, Any]]:
+    """All vision rows of the database (imported here so that ``--help`` works without the store)."""
+    from zerosiam.bench.store import ResultStore
+
+    return ResultStore(db).rows(kind="vision")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Print the Markdown tables; with ``--out`` also write them as Markdown, CSV and LaTeX, and the PNGs."""
+    if (args.plot or args.heatmap) and not args.out:
+        print("error: --plot and --heatmap write files; give --out DIR", file=sys.stderr)
+        return 2
+    if not Path(args.db).is_file():
+        print(f"error: no results database at {args.db}", file=sys.stderr)
+        return 2
+    filters = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "protocol": args.protocol,
+        "severity": args.severity,
+    }
+    rows = report.select_rows(_load_rows(args.db), **filters)
+    tables = report.build_tables(rows, groups=args.groups)
+    if not tables:
+        print("no vision results match these filters", file=sys.stderr)
+        return 1
+    print(report.to_markdown(tables), end="")
+    if args.out:
+        for path in _write_outputs(tables, rows, args):
+            print(f"wrote {path}")
+    return 0
+
+
+def _write_outputs(
+    tables: Sequence[report.Table], rows: Sequence[Mapping[str, Any]], args: argparse.Namespace
+) -> list[Path]:
+    """Write the three table files and the requested figures; return their paths."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in (
+        ("table.md", report.to_markdown(tables)),
+        ("table.csv", report.to_csv(tables)),
+        ("table.tex", report.to_latex(tables)),
+    ):
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    if args.plot:
+        written += write_diagnostics(rows, out, args.plot_corruption)
+    if args.heatmap:
+        written += write_heatmaps(rows, out)
+    return written
+
+
+def _slug(*parts: Any) -> str:
+    """A file-name-safe join of ``parts``."""
+    return re.sub(r"[^A-Za-z0-9.+=-]+", "_", "_".join(str(part) for part in parts)).strip("_")
+
+
+def _by_table(rows: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
+    """Rows grouped by (dataset, model, protocol, severity), the key of a table."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        spec = row["spec"]
+        groups[spec.get("dataset"), spec.get("model"), spec.get("protocol"), spec.get("severity")].append(row)
+    return groups
+
+
+def pick_plot_runs(rows: Sequence[Mapping[str, Any]], corruption: str | None) -> list[Mapping[str, Any]]:
+    """The runs one diagnostics figure shows: those on ``corruption`` (default: the mixed stream if any,
+    else the first benchmark corruption present), one per table line, at its lowest seed, latest rerun."""
+    present = {row["spec"].get("corruption") for row in rows}
+    if corruption is None:
+        ordered = [report.MIXED, *report.BENCHMARK, *sorted(map(str, present))]
+        corruption = next(name for name in ordered if name in present)
+    labels = report.run_labels(rows)
+    chosen: dict[str, Mapping[str, Any]] = {}
+    for row in rows:  # oldest first, so a later rerun replaces an earlier one
+        if row["spec"].get("corruption") != corruption:
+            continue
+        label, seed = labels[row["run_id"]], row["spec"].get("seed") or 0
+        if label not in chosen or seed <= (chosen[label]["spec"].get("seed") or 0):
+            chosen[label] = row
+    return list(chosen.values())
+
+
+def write_diagnostics(rows: Sequence[Mapping[str, Any]], out: Path, corruption: str | None) -> list[Path]:
+    """One diagnostics figure per table, for the runs :func:`pick_plot_runs` picks."""
+    from zerosiam.bench.plots import plot_diagnostics
+
+    written = []
+    for key, members in sorted(_by_table(rows).items(), key=lambda item: tuple(map(str, item[0]))):
+        chosen = pick_plot_runs(members, corruption)
+        if not chosen:
+            continue
+        name = chosen[0]["spec"].get("corruption")
+        title = f"{report.DATASET_NAMES.get(key[0], key[0])}, {key[1]}, {key[2]}, severity {key[3]}: {name}"
+        written.append(plot_diagnostics(chosen, out / f"diagnostics_{_slug(*key, name)}.png", title=title))
+    return written
+
+
+def _sweep_key(row: Mapping[str, Any]) -> tuple:
+    """What must stay fixed within one heat map: the table key, the method and every other hparam."""
+    spec = row["spec"]
+    others = {k: v for k, v in (spec.get("hparams") or {}).items() if k not in ("lr", "predictor_lr")}
+    return (
+        spec.get("dataset"),
+        spec.get("model"),
+        spec.get("protocol"),
+        spec.get("severity"),
+        spec["method"],
+        json.dumps(others, sort_keys=True),
+    )
+
+
+def write_heatmaps(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
+    """A heat map for each group of runs (see :func:`_sweep_key`) that tried more than one pair of
+    (``lr``, ``predictor_lr``); runs on several corruptions or seeds are averaged per cell. Runs that do not
+    set both rates (method defaults, or a method without a predictor) are not part of any sweep."""
+    from zerosiam.bench.plots import plot_lr_heatmap
+
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        hparams = row["spec"].get("hparams") or {}
+        if hparams.get("lr") is not None and hparams.get("predictor_lr") is not None:
+            groups[_sweep_key(row)].append(row)
+    written = []
+    for key, members in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
+        swept = [r["spec"].get("hparams") or {} for r in members]
+        pairs = {(hparams.get("lr"), hparams.get("predictor_lr")) for hparams in swept}
+        if len(pairs) < 2:
+            continue
+        corruptions = sorted({str(r["spec"].get("corruption")) for r in members})
+        scope = corruptions[0] if len(corruptions) == 1 else f"mean over {len(corruptions)} corruptions"
+        dataset = report.DATASET_NAMES.get(key[0], key[0])
+        title = f"{report.method_name(key[4])} on {dataset}, {key[1]}, {key[2]}, severity {key[3]} ({scope})"
+        path = out / f"heatmap_{_slug(*key[:5], len(written))}.png"
+        written.append(plot_lr_heatmap(members, path, title=title))
+    return written

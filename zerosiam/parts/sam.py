@@ -1,0 +1,99 @@
+"""Sharpness-aware minimization (SAM) as a recipe's optimizer step, as SAR uses it.
+
+Entropy minimization on noisy test batches can land in sharp minima where a small weight change flips
+predictions; SAM instead minimizes the loss at the worst nearby point. It takes the gradient g at θ,
+moves to θ + e with e = ρ·g/‖g‖ (the steepest ascent of length ρ, ‖·‖ over all learnable parameters
+together), takes the gradient there, returns to θ and steps with that second gradient.
+
+The second evaluation is restricted to the samples the first one selected (SAR's S2 ⊆ S1), through the
+closure's ``restrict`` argument; the recipe's rules then filter them again at θ + e.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:  # parts sit below methods: the types only, no import at run time
+    from zerosiam.methods.adapter import Adapter
+    from zerosiam.methods.recipe import Closure, Evaluation
+
+
+def ascend(params: list[nn.Parameter], rho: float) -> list[Tensor]:
+    """Move every parameter by e = ρ·g/‖g‖ (global L2 norm of all gradients) and return the moves.
+
+    Parameters without a gradient do not move. The 1e-12 keeps a zero gradient from dividing by zero
+    (SAR's code uses the same guard).
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return [torch.zeros_like(p) for p in params]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = rho / (norm + 1e-12)
+    moves = []
+    with torch.no_grad():
+        for p in params:
+            move = p.grad * scale if p.grad is not None else torch.zeros_like(p)
+            p.add_(move)
+            moves.append(move)
+    return moves
+
+
+def descend_back(params: list[nn.Parameter], moves: list[Tensor]) -> None:
+    """Undo ``ascend``: return every parameter to θ."""
+    with torch.no_grad():
+        for p, move in zip(params, moves, strict=True):
+            p.sub_(move)
+
+
+@dataclass(frozen=True)
+class SAM:
+    """The two-pass step: gradient at θ, ascent to θ + e, gradient there, back to θ, optimizer step.
+
+    Nothing moves when the first pass selects no sample or its gradient is not finite, and the
+    optimizer does not step when the second pass selects none (SAR's code would still apply its
+    momentum there; skipping keeps "no reliable sample, no update" true for every recipe).
+    """
+
+    rho: float = 0.05  # methods.md: SAR code, ρ = 0.05
+
+    def __call__(self, adapter: Adapter, closure: Closure) -> list[Evaluation]:
+        first = closure()
+        if not first.selected:
+            return [first]
+        if not _backward(adapter, first.loss):
+            return [first]
+        params = adapter.trainable
+        moves = ascend(params, self.rho)
+        try:
+            second = closure(restrict=first.mask)
+            ready = second.selected > 0 and _backward(adapter, second.loss)
+        finally:
+            descend_back(params, moves)
+        if ready:
+            adapter.optimizer.step()
+        elif adapter._skipped is None:
+            adapter._skipped = "no sample selected at the perturbed weights"
+        adapter.optimizer.zero_grad(set_to_none=True)
+        return [first, second]
+
+
+def _backward(adapter: Adapter, loss: Tensor) -> bool:
+    """Gradients of ``loss`` in the adapter's parameters; False (and recorded) when not finite."""
+    adapter.optimizer.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss):
+        adapter._skipped = "non-finite loss"
+        return False
+    loss.backward()
+    if not adapter.gradients_finite():
+        adapter.optimizer.zero_grad(set_to_none=True)
+        adapter._skipped = "non-finite gradient"
+        return False
+    return True
+
+
+def sam(rho: float = 0.05) -> SAM:  # methods.md: SAR code, ρ = 0.05
+    return SAM(rho)

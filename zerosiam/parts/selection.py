@@ -1,0 +1,207 @@
+"""Which samples a step learns from, and how much each one counts.
+
+The baselines differ from Tent mostly here. SAR, EATA and DeYO drop high-entropy samples (their
+gradients are noisy and push towards collapse); EATA also drops samples whose prediction repeats what
+recent batches predicted (redundant gradients); DeYO drops samples whose prediction survives shuffling
+the image's patches (the model was not looking at the object's shape). EATA and DeYO weight the kept
+samples by how confident, and DeYO by how shape-dependent, they are.
+
+Rules return a boolean mask over the batch; weights return one detached factor per sample. Entropy
+thresholds are given as a fraction of ln C, the entropy of the uniform prediction, as the papers do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from zerosiam.parts.losses import OBJECTIVES, PerSample, resolve
+
+if TYPE_CHECKING:  # parts sit below methods: the type only, no import at run time
+    from zerosiam.methods.recipe import Batch
+
+
+def margin(fraction: float, num_classes: int) -> float:
+    """An entropy threshold ``fraction · ln C`` in nats."""
+    return fraction * math.log(num_classes)
+
+
+def uncertainty(batch: Batch, measure: str | PerSample = "entropy") -> Tensor:
+    """The detached per-sample uncertainty that thresholds and weights compare: the softmax entropy by
+    default, or another objective (COME's code filters and weights with its own entropy)."""
+    if measure == "entropy":
+        return batch.entropy
+    key = f"uncertainty:{measure if isinstance(measure, str) else id(measure)}"
+    if key not in batch.cache:
+        batch.cache[key] = resolve(OBJECTIVES, measure, "measure")(batch.logits).detach()
+    return batch.cache[key]
+
+
+# --- sample selection -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntropyBelow:
+    """Keep the reliable samples, ``H_i < fraction · ln C`` (SAR, EATA: 0.4; DeYO: 0.5)."""
+
+    fraction: float
+    measure: str | PerSample = "entropy"
+
+    def __call__(self, batch: Batch) -> Tensor:
+        return uncertainty(batch, self.measure) < margin(self.fraction, batch.logits.shape[-1])
+
+
+def entropy_below(fraction: float, measure: str | PerSample = "entropy") -> EntropyBelow:
+    return EntropyBelow(fraction, measure)
+
+
+class NotRedundant:
+    """EATA's redundancy filter: keep samples whose probabilities are nearly orthogonal to the moving
+    average ``m`` of recent kept predictions, ``|cos(m, p_i)| < ε``; keep all before ``m`` exists.
+
+    ``m`` follows the samples finally kept (``observe`` is told the recipe's final mask), starting at
+    their mean and then ``m ← momentum·m + (1 − momentum)·mean p``; a batch that keeps nothing leaves
+    ``m`` unchanged.
+    """
+
+    def __init__(self, epsilon: float = 0.05, momentum: float = 0.9) -> None:  # methods.md: EATA code
+        self.epsilon = epsilon
+        self.momentum = momentum
+        self.mean: Tensor | None = None
+
+    def __call__(self, batch: Batch) -> Tensor:
+        if self.mean is None:
+            return torch.ones(batch.logits.shape[0], dtype=torch.bool, device=batch.logits.device)
+        probabilities = batch.logits.detach().softmax(-1)
+        cosine = F.cosine_similarity(probabilities, self.mean.unsqueeze(0), dim=-1)
+        return cosine.abs() < self.epsilon
+
+    def observe(self, batch: Batch, mask: Tensor) -> None:
+        if not mask.any():
+            return
+        current = batch.logits.detach()[mask].softmax(-1).mean(0)
+        if self.mean is None:
+            self.mean = current
+        else:
+            self.mean = self.momentum * self.mean + (1 - self.momentum) * current
+
+    def reset(self) -> None:
+        self.mean = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mean": None if self.mean is None else self.mean.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mean = None if state["mean"] is None else state["mean"].clone()
+
+
+def not_redundant(epsilon: float = 0.05) -> NotRedundant:  # methods.md: EATA ε = 0.05
+    return NotRedundant(epsilon)
+
+
+def shuffle_patches(x: Tensor, grid: int = 4, permutation: Tensor | None = None) -> Tensor:
+    """DeYO's object-destroying view: cut each image into ``grid × grid`` patches and reorder them.
+
+    ``permutation`` (B × grid²) fixes the new order of each image's patches; by default every sample
+    gets a fresh random one. Images whose sides are not multiples of ``grid`` are resized down to the
+    nearest multiple and back, as DeYO's code does.
+    """
+    if x.ndim != 4:
+        raise ValueError(f"patch shuffling needs images (B, C, H, W), got shape {tuple(x.shape)}")
+    size = x.shape[-2:]
+    fitted = (size[0] // grid * grid, size[1] // grid * grid)
+    if fitted != tuple(size):
+        x = F.interpolate(x, size=fitted, mode="bilinear", align_corners=False)
+    b, c, h, w = x.shape
+    ph, pw = h // grid, w // grid
+    patches = x.reshape(b, c, grid, ph, grid, pw).permute(0, 2, 4, 1, 3, 5).reshape(b, grid * grid, c, ph, pw)
+    if permutation is None:
+        permutation = torch.rand(b, grid * grid, device=x.device).argsort(-1)
+    patches = patches[torch.arange(b, device=x.device).unsqueeze(-1), permutation.to(x.device)]
+    shuffled = patches.reshape(b, grid, grid, c, ph, pw).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+    if fitted != tuple(size):
+        shuffled = F.interpolate(shuffled, size=size, mode="bilinear", align_corners=False)
+    return shuffled
+
+
+def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tensor:
+    """DeYO's pseudo-label probability difference ``p_ŷ(x) − p_ŷ(x')``, ``ŷ = argmax p(x)``.
+
+    ``x'`` is the patch-shuffled view, forwarded without gradient and, as in DeYO's code, only for the
+    samples the earlier rules kept (``batch.kept``); the others get NaN, which no threshold passes.
+    Both probabilities come from the model's own output (the target branch under ZeroSiam), so the
+    two views are compared like with like. Computed once per forward and shared through ``batch.cache``.
+    """
+    if "plpd" in batch.cache:
+        return batch.cache["plpd"]
+    kept = batch.kept if batch.kept is not None else torch.ones_like(batch.entropy, dtype=torch.bool)
+    difference = torch.full_like(batch.entropy, float("nan"))
+    if kept.any():
+        probabilities = batch.target.detach()[kept].softmax(-1)
+        label = probabilities.argmax(-1, keepdim=True)
+        chosen = permutation[kept] if permutation is not None else None
+        with torch.no_grad():
+            shuffled = batch.adapter.model(shuffle_patches(batch.x[kept], grid, chosen)).softmax(-1)
+        difference[kept] = (probabilities.gather(-1, label) - shuffled.gather(-1, label)).squeeze(-1)
+    batch.cache["plpd"] = difference
+    return difference
+
+
+@dataclass(frozen=True)
+class PLPDAbove:
+    """Keep samples whose prediction collapses once the object's shape is destroyed: PLPD > τ."""
+
+    threshold: float
+    grid: int = 4  # methods.md: DeYO's 4×4 patch grid
+
+    def __call__(self, batch: Batch) -> Tensor:
+        return plpd(batch, self.grid) > self.threshold
+
+
+def plpd_above(threshold: float = 0.2) -> PLPDAbove:  # methods.md: DeYO τ = 0.2
+    return PLPDAbove(threshold)
+
+
+# --- sample weights -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpMargin:
+    """EATA's weight ``exp(E0 − H_i)``: the more confident a kept sample, the more it counts."""
+
+    fraction: float = 0.4  # methods.md: EATA E0 = 0.4·ln C
+    measure: str | PerSample = "entropy"
+
+    def __call__(self, batch: Batch) -> Tensor:
+        return torch.exp(margin(self.fraction, batch.logits.shape[-1]) - uncertainty(batch, self.measure))
+
+
+def exp_margin(fraction: float = 0.4, measure: str | PerSample = "entropy") -> ExpMargin:
+    return ExpMargin(fraction, measure)
+
+
+@dataclass(frozen=True)
+class DeYOWeight:
+    """DeYO's weight ``exp(−(H_i − E0)) + exp(PLPD_i)``: confident and shape-dependent samples count more.
+
+    A sample without a PLPD (dropped before the second view) gets only the entropy term; its weight is
+    never used, but it must stay finite so that no NaN reaches the gradient through the product.
+    """
+
+    fraction: float = 0.4  # methods.md: DeYO E0 = 0.4·ln C for the weight (0.5·ln C for the filter)
+    measure: str | PerSample = "entropy"
+
+    def __call__(self, batch: Batch) -> Tensor:
+        confidence = torch.exp(
+            margin(self.fraction, batch.logits.shape[-1]) - uncertainty(batch, self.measure)
+        )
+        return confidence + torch.exp(plpd(batch)).nan_to_num(0.0)
+
+
+def deyo_weight(fraction: float = 0.4, measure: str | PerSample = "entropy") -> DeYOWeight:
+    return DeYOWeight(fraction, measure)
