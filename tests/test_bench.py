@@ -13,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import needs_assets
 from zerosiam import corruptions
+from zerosiam.bench import grid as grid_module
 from zerosiam.bench import runner
 from zerosiam.bench.grid import Grid, execute
 from zerosiam.bench.runner import RunSpec, build_stream
@@ -34,10 +36,31 @@ def fake_domains(monkeypatch):
         return images, np.repeat(np.arange(5), 10)
 
     monkeypatch.setattr(runner, "load_corrupted", load)
+    monkeypatch.setattr(grid_module, "load_corrupted", load)
+
+
+class TinyLN(torch.nn.Module):
+    """A LayerNorm classifier for the fake 4×4 images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = torch.nn.LayerNorm(48)
+        self.fc = torch.nn.Linear(48, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.norm(x.flatten(1)))
+
+
+@pytest.fixture
+def tiny_model(monkeypatch):
+    monkeypatch.setattr(runner.zerosiam, "load_model", lambda name: TinyLN())
 
 
 def _spec(**changes) -> RunSpec:
-    values = dict(model="resnet20", dataset="cifar10c", corruption="fog", severity=5, protocol="mild", method="tent")
+    values = dict(
+        model="resnet20", dataset="cifar10c", corruption="fog", severity=5, protocol="mild", method="tent"
+    )
     return RunSpec(**{**values, **changes})
 
 
@@ -81,17 +104,23 @@ def test_spec_validation_and_stable_ids():
 
 
 def test_grid_expands_axes_and_sweeps():
+    sweep = {"lr": [1e-3, 1e-4], "predictor_lr": [1e-2, 1e-3]}
     grid = Grid(models=["resnet20"], methods=["tent", "zerosiam"], corruptions=["fog", "snow"],
-                protocols=["mild", "mixed"], sweep={"lr": [1e-3, 1e-4], "predictor_lr": [1e-2, 1e-3]})  # fmt: skip
+                protocols=["mild", "mixed"], sweep=sweep)  # fmt: skip
     specs = grid.specs()
     tent = [s for s in specs if s.method == "tent"]
     siam = [s for s in specs if s.method == "zerosiam"]
-    assert len(tent) == 2 * 3 and len(siam) == 4 * 3  # (fog, snow, mixed) × sweep points; η_h only for ZeroSiam
+    assert (
+        len(tent) == 2 * 3 and len(siam) == 4 * 3
+    )  # (fog, snow, mixed) × sweep points; η_h only for ZeroSiam
     assert all("predictor_lr" not in s.hparams for s in tent)
     assert {s.corruption for s in specs if s.protocol == "mixed"} == {"mixed"}
     with pytest.raises(ValueError, match="unknown grid keys"):
         Grid.from_mapping({"models": ["resnet20"], "methods": ["tent"], "corruption": ["fog"]})
-    assert len(Grid.from_mapping({"models": ["m"], "methods": ["tent"], "corruptions": "benchmark"}).corruptions) == 15
+    assert (
+        len(Grid.from_mapping({"models": ["m"], "methods": ["tent"], "corruptions": "benchmark"}).corruptions)
+        == 15
+    )
 
 
 # --- real runs through the store --------------------------------------------------------------------
@@ -123,7 +152,9 @@ def test_a_killed_grid_resumes_without_lost_or_duplicated_runs(tmp_path):
     assert len(expected) == 6
 
     interrupted = tmp_path / "interrupted.db"
-    process = _bench(interrupted, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = _bench(
+        interrupted, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and _count(interrupted) < 2:
         time.sleep(0.2)
@@ -159,20 +190,35 @@ def test_ray_backend_gives_the_same_results_as_the_local_pool(tmp_path):
     assert execute(specs, distributed, backend="ray", progress=False) == 0  # nothing left to run
 
 
-def test_accuracy_is_a_fraction_and_nan_free_curves_are_kept(fake_domains, monkeypatch):
-    import torch
-
-    class Uniform(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(48)
-            self.fc = torch.nn.Linear(48, 5)
-
-        def forward(self, x):
-            return self.fc(self.norm(x.flatten(1)))
-
-    monkeypatch.setattr(runner.zerosiam, "load_model", lambda name: Uniform())
+def test_accuracy_is_a_fraction_and_nan_free_curves_are_kept(fake_domains, tiny_model):
     result = runner.run(_spec(method="zerosiam", batch_size=10, hparams={"lr": 1e-3, "predictor_lr": 1e-2}))
     assert 0.0 <= result.metrics["accuracy"] <= 1.0 and result.metrics["samples"] == 50
     assert len(result.curves["accuracy"]) == 5 and "divergence" in result.curves
     assert not any(math.isnan(v) for v in result.curves["predictor_drift"])
+
+
+def test_learning_rates_are_selected_on_the_extra_corruptions_only(fake_domains, tiny_model, tmp_path):
+    from zerosiam.bench.select import SELECTION_KIND, select_on_held_out
+
+    store = ResultStore(tmp_path / "select.db")
+    sweep = {"lr": [1e-4, 1e-1], "predictor_lr": [1e-2]}
+    choices = select_on_held_out("tiny", ["tent", "zerosiam"], sweep, store, backend="inline", progress=False)
+    runs = store.rows("vision")
+    assert {row["spec"]["corruption"] for row in runs} == set(corruptions.EXTRA)
+    assert len(runs) == 4 * 2 * 2
+    for choice in choices:
+        assert choice.accuracy == max(choice.table.values())
+        assert len(choice.table) == 2
+    recorded = store.rows(SELECTION_KIND)
+    assert [row["metrics"]["chosen"] for row in recorded] == [c.hparams for c in choices]
+
+
+def test_data_free_predictor_lr_prefers_the_least_disruptive_rate(tiny_model, monkeypatch):
+    from zerosiam.bench import select
+
+    monkeypatch.setattr(select.zerosiam, "load_model", lambda name: TinyLN())
+    candidates = [0.0, 1e-2, 10.0]
+    chosen, changes = select.data_free_predictor_lr("tiny", candidates, lr=5e-2, images=256, input_size=4)
+    assert list(changes) == candidates and chosen == min(changes, key=changes.get)
+    assert len({round(v, 9) for v in changes.values()}) == 3  # η_h reaches the model through the norms
+    assert all(v > 0 for v in changes.values())

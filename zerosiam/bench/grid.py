@@ -140,9 +140,9 @@ def execute(
     if not todo:
         return 0
     prepare_data(todo)
-    runner = {"local": _run_local, "ray": _run_ray}.get(backend)
+    runner = BACKENDS.get(backend)
     if runner is None:
-        raise ValueError(f"unknown backend {backend!r}; choose local or ray")
+        raise ValueError(f"unknown backend {backend!r}; choose one of {sorted(BACKENDS)}")
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", disable=not progress)
     for spec_values, metrics, curves, env in runner(todo, workers, threads, address):
         store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
@@ -192,3 +192,12 @@ def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: st
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _run_inline(todo: list[RunSpec], _workers: int | None, threads: int, _address: str | None) -> Iterator[tuple]:
+    """Runs one after another in this process: for debugging and tests (peak memory is the process's)."""
+    for spec in todo:
+        yield _execute(spec.as_dict(), threads)
+
+
+BACKENDS = {"local": _run_local, "ray": _run_ray, "inline": _run_inline}

@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sweep an option, e.g. --sweep predictor_lr=1e-3,1e-2",
     )
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
-    parser.add_argument("--backend", choices=("local", "ray"), default="local")
+    parser.add_argument("--backend", choices=("local", "ray", "inline"), default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     parser.add_argument("--workers", type=int, help="parallel runs (default: cores / threads)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")

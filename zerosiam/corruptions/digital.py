@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image
 
-from ._common import bilinear_sample, gaussian_matrix, separable, to_uint8, unit
+from ._common import along_last, along_rows, bilinear_sample, gaussian_matrix, separable, to_uint8, unit
 
 
 # ------------------------------------------------------------------------------------------- HSV based
@@ -125,9 +125,9 @@ def pixelate(images: np.ndarray, c: float, rngs: Sequence) -> np.ndarray:
     size = images.shape[1]
     down, up = _box_matrices(size, int(size * c))
     planes = np.moveaxis(images.astype(np.float64), -1, 1)  # (N, C, H, W)
-    small = np.floor(planes @ down.T + 0.5)
-    small = np.floor(down @ small + 0.5)
-    return np.moveaxis(up @ small @ up.T, 1, -1).astype(np.uint8)
+    small = np.floor(along_last(planes, down) + 0.5)  # horizontal pass first, rounded half-up
+    small = np.floor(along_rows(small, down) + 0.5)
+    return np.moveaxis(along_rows(along_last(small, up), up), 1, -1).astype(np.uint8)
 
 
 # ------------------------------------------------------------------------------------------- JPEG

@@ -42,7 +42,7 @@ def snow(images: np.ndarray, params: tuple[float, ...], rngs: Sequence[np.random
     layer[layer < threshold] = 0.0
     streaks = motion_blur(to_uint8(layer)[..., None], radius, sigma, np.array(angles))
     streaks = streaks[..., 0].astype(np.float32) / np.float32(255.0)
-    grey = x @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    grey = np.float32(0.299) * x[..., 0] + np.float32(0.587) * x[..., 1] + np.float32(0.114) * x[..., 2]
     scene = keep * x + (1 - keep) * np.maximum(x, 1.5 * grey[..., None] + 0.5)
     return to_uint8(scene + (streaks + streaks[:, ::-1, ::-1])[..., None])
 

@@ -16,6 +16,8 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _FINAL_LINE = re.compile(
     r"(?:final answer|the answer)\s*(?:is|:)?\s*[:=]?\s*(.+?)\s*(?:$|\n)", re.IGNORECASE | re.MULTILINE
 )
+# math-verify's default 5 s limits are hit on a saturated CPU, which silently scores an answer wrong
+PARSE_TIMEOUT_S = 60
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
@@ -102,7 +104,7 @@ def _parse(answer: str) -> list:
     text = latex_number_forms(answer)
     if not (text.startswith("$") or "\\boxed" in text):
         text = f"${text}$"
-    return parse(text)
+    return parse(text, parsing_timeout=PARSE_TIMEOUT_S)
 
 
 def is_equivalent(prediction: str | None, reference: str) -> bool:
@@ -119,7 +121,7 @@ def is_equivalent(prediction: str | None, reference: str) -> bool:
     gold, guess = _parse(reference), _parse(prediction)
     if not gold or not guess:
         return False
-    return bool(verify(gold, guess))
+    return bool(verify(gold, guess, timeout_seconds=PARSE_TIMEOUT_S))
 
 
 def score(text: str, reference: str) -> tuple[str | None, bool]:

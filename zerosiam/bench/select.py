@@ -1,0 +1,155 @@
+"""Choosing learning rates without looking at the benchmark.
+
+``select_on_held_out`` sweeps learning rates on the four extra corruptions only (speckle noise, Gaussian
+blur, spatter, saturate), which protocols.md calls a fair held-out set, and picks the best mean online
+accuracy; the 15 benchmark corruptions are never touched. ``data_free_predictor_lr`` is the paper's
+appendix recipe for η_h: adapt on pure Gaussian-noise images and keep the η_h under which the model's
+mean prediction entropy changes least, i.e. the rate that is least disruptive when there is nothing to
+learn.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import zerosiam
+from zerosiam import corruptions
+from zerosiam.bench.grid import KIND, Grid, execute
+from zerosiam.bench.store import ResultStore, run_id_for
+from zerosiam.parts.losses import entropy
+
+SELECTION_KIND = "lr_selection"
+
+
+@dataclass(frozen=True)
+class Choice:
+    method: str
+    hparams: dict[str, Any]
+    accuracy: float
+    table: dict[str, float]  # every candidate's mean accuracy, keyed by its hparams as text
+
+
+def select_on_held_out(
+    model: str,
+    methods: list[str],
+    sweep: dict[str, list[float]],
+    store: ResultStore,
+    *,
+    dataset: str = "cifar10c",
+    severity: int = 5,
+    protocol: str = "mild",
+    limit: int | None = None,
+    seed: int = 0,
+    **execution: Any,
+) -> list[Choice]:
+    """Run the sweep on the extra corruptions, record and return the best hparams of each method."""
+    grid = Grid(
+        models=[model],
+        methods=methods,
+        corruptions=list(corruptions.EXTRA),
+        severities=[severity],
+        protocols=[protocol],
+        seeds=[seed],
+        dataset=dataset,
+        limit=limit,
+        sweep=sweep,
+    )
+    specs = grid.specs()
+    assert not {s.corruption for s in specs} & set(corruptions.BENCHMARK)  # held out by construction
+    execute(specs, store, **execution)
+    wanted = {s.run_id for s in specs}
+    accuracies: dict[tuple[str, str], list[float]] = defaultdict(list)
+    hparams_of: dict[str, dict[str, Any]] = {}
+    for row in store.rows(KIND):
+        if row["run_id"] in wanted:
+            key = _label(row["spec"]["hparams"])
+            hparams_of[key] = row["spec"]["hparams"]
+            accuracies[(row["spec"]["method"], key)].append(row["metrics"]["accuracy"])
+    choices = []
+    for method in methods:
+        table = {key: float(np.mean(v)) for (m, key), v in accuracies.items() if m == method}
+        best = max(table, key=table.get)
+        choice = Choice(method, hparams_of[best], table[best], table)
+        _record(store, model, dataset, severity, protocol, limit, seed, choice)
+        choices.append(choice)
+    return choices
+
+
+def _label(hparams: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(hparams.items())) or "defaults"
+
+
+def _record(
+    store: ResultStore,
+    model: str,
+    dataset: str,
+    severity: int,
+    protocol: str,
+    limit: int | None,
+    seed: int,
+    choice: Choice,
+) -> None:
+    spec = {
+        "model": model,
+        "dataset": dataset,
+        "severity": severity,
+        "protocol": protocol,
+        "limit": limit,
+        "seed": seed,
+        "method": choice.method,
+        "corruptions": list(corruptions.EXTRA),
+        "candidates": sorted(choice.table),
+    }
+    metrics = {"chosen": choice.hparams, "accuracy": choice.accuracy, "candidates": choice.table}
+    store.put(run_id_for(spec), SELECTION_KIND, spec, metrics, {}, {}, replace=True)
+
+
+def data_free_predictor_lr(
+    model_name: str,
+    candidates: list[float],
+    *,
+    lr: float | None = None,
+    images: int = 6400,
+    batch_size: int = 64,
+    seed: int = 0,
+    input_size: int | None = None,
+) -> tuple[float, dict[float, float]]:
+    """The η_h whose adaptation on Gaussian noise changes the mean prediction entropy least.
+
+    Returns the chosen η_h and, for every candidate, |H_after − H_before| (nats) measured on the noise.
+    """
+    size = input_size or _input_size(model_name)
+    generator = torch.Generator().manual_seed(seed)
+    noise = (0.5 + 0.25 * torch.randn(images, 3, size, size, generator=generator)).clamp_(0, 1)
+    batches = noise.split(batch_size)
+    changes = {}
+    for predictor_lr in candidates:
+        adapter = zerosiam.adapt(
+            zerosiam.load_model(model_name),
+            "zerosiam",
+            lr=lr,
+            predictor_lr=predictor_lr,
+            batch_size=batch_size,
+        )
+        before = _mean_entropy(adapter.model, batches)  # measured in the adapter's normalization mode
+        for x in batches:
+            adapter(x)
+        changes[predictor_lr] = abs(_mean_entropy(adapter.model, batches) - before)
+    return min(changes, key=changes.get), changes
+
+
+def _mean_entropy(model: torch.nn.Module, batches: tuple[torch.Tensor, ...]) -> float:
+    with torch.no_grad():
+        return float(torch.cat([entropy(model(x)) for x in batches]).mean())
+
+
+def _input_size(model_name: str) -> int:
+    from zerosiam.zoo import MODELS
+
+    entry = MODELS.get(model_name)
+    return entry.input_size if entry is not None else 224
