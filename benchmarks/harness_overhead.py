@@ -16,23 +16,18 @@ import platform
 import statistics
 import time
 
-import numpy as np
 import torch
 
 import zerosiam
-from zerosiam.bench.runner import RunSpec, build_stream, run
+from zerosiam.bench.runner import RunSpec, build_stream, gather_batch, run
 from zerosiam.parts.losses import entropy
 
 
 def bare_loop(spec: RunSpec) -> float:
     """Forward + entropy + backward + step on tensors prepared beforehand: the model's own cost."""
     stream = build_stream(spec)
-    images, _ = stream.domains[0]
-    batches = [
-        torch.from_numpy(np.ascontiguousarray(images[stream.rows[i : i + spec.batch_size, 1])))
-        .permute(0, 3, 1, 2).float().div(255)
-        for i in range(0, len(stream.rows), spec.batch_size)
-    ]
+    steps = range(0, len(stream.rows), spec.batch_size)
+    batches = [gather_batch(stream, stream.rows[i : i + spec.batch_size])[0] for i in steps]
     model = zerosiam.load_model(spec.model)
     adapter = zerosiam.adapt(model, "tent", batch_size=spec.batch_size)  # configures norms and BatchNorm
     optimizer = torch.optim.SGD(adapter.trainable, lr=adapter.settings.lr, momentum=0.9)
@@ -61,15 +56,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    spec = RunSpec(model=args.model, dataset="cifar10c", corruption=args.corruption, severity=5, protocol="mild",
-                   method=args.method, limit=args.limit)
+    spec = RunSpec(model=args.model, dataset="cifar10c", corruption=args.corruption, severity=5,
+                   protocol="mild", method=args.method, limit=args.limit)  # fmt: skip
     harness(spec)  # warm-up: builds the cached data and imports everything once
     whole, bare = [], []
     for _ in range(args.repeats):
         whole.append(harness(spec))
         bare.append(bare_loop(spec))
     ratio = statistics.median(whole) / statistics.median(bare)
-    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
+    threads = torch.get_num_threads()
+    print(f"machine: {platform.machine()}, {threads} torch threads, torch {torch.__version__}")
     print(f"{args.model} {args.method}, {args.limit} images, batch size 64, {args.repeats} repeats (median)")
     print("| measurement | seconds |\n|---|---|")
     print(f"| whole run (harness) | {statistics.median(whole):.2f} |")

@@ -152,7 +152,7 @@ def build_stream(spec: RunSpec) -> Stream:
     return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
 
 
-def _gather(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
     if len(stream.domains) == 1:
         images, labels = stream.domains[0]
         index = rows[:, 1]
@@ -190,7 +190,7 @@ def run(spec: RunSpec, progress: bool = False) -> Result:
         list(zip(bounds[:-1], bounds[1:], strict=True)), desc=spec.method, leave=False, disable=not progress
     ):
         rows = stream.rows[a:b]
-        x, y = _gather(stream, rows)
+        x, y = gather_batch(stream, rows)
         hits = adapter(x).argmax(1).numpy() == y
         counted = stream.evaluated[a:b]
         np.add.at(correct, rows[counted, 0], hits[counted])
