@@ -148,30 +148,70 @@ def elastic_check(images: np.ndarray) -> None:
         print(f"| {severity} | {len(images)} | {text} | {'ok' if ok else 'DIFF'} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--images", type=int, default=48, help="ImageNet sample images to compare on")
-    parser.add_argument("--corruptions", default="all", help="'all' or comma-separated names")
-    args = parser.parse_args()
-    warnings.simplefilter("ignore")
+def accuracy_check(count: int) -> None:
+    """Top-1 of the CIFAR-10 ResNet-20 (zerosiam.zoo) on ``count`` real test images, clean and corrupted
+    with our CIFAR constants: a sanity check that damage grows with severity on a real model."""
+    import torch
+
+    from zerosiam.data.sources import read_cifar10_jpeg
+    from zerosiam.zoo import load_model
+
+    model = load_model("resnet20")
+    images, labels, _ = read_cifar10_jpeg("test")
+    pick = np.linspace(0, len(images) - 1, count).astype(int)
+    images, labels = images[pick], torch.as_tensor(labels[pick])
+
+    def top1(batch: np.ndarray) -> float:
+        with torch.no_grad():
+            x = torch.as_tensor(batch).permute(0, 3, 1, 2).float() / 255
+            return 100 * float((model(x).argmax(1) == labels).float().mean())
+
+    print(f"\nResNet-20 (CIFAR-10, JPEG q75 test images, {count} images) top-1 %: clean {top1(images):.1f}")
+    print("| corruption | s1 | s2 | s3 | s4 | s5 | mean |")
+    print("|---|---|---|---|---|---|---|")
+    by_severity = []
+    for name in corruptions.BENCHMARK:
+        row = [top1(corruptions.apply(images, name, s, "cifar", seed=0)) for s in corruptions.SEVERITIES]
+        by_severity.append(row)
+        print(f"| {name} | " + " | ".join(f"{a:.1f}" for a in row) + f" | {np.mean(row):.1f} |")
+    means = np.mean(by_severity, axis=0)
+    print("| **mean of 15** | " + " | ".join(f"{a:.1f}" for a in means) + f" | {means.mean():.1f} |")
+
+
+def compare_all(names: list[str], count: int) -> None:
+    """The main table: every (corruption, severity) on ``count`` ImageNet sample images."""
     corrupt = load_reference()
-    names = corruptions.ALL if args.corruptions == "all" else args.corruptions.split(",")
     sample, _, _ = read_imagenet_sample()
-    images = sample[np.linspace(0, len(sample) - 1, args.images).astype(int)]
+    images = sample[np.linspace(0, len(sample) - 1, count).astype(int)]
     print("Δ = corrupted − clean, grey levels; stats are mean Δ / std Δ / mean |Δ| (MAD)")
     print(
         "| corruption | sev | images | ours: mean / std / MAD | imagecorruptions: mean / std / MAD "
         "| |ours − theirs|: mean / max / >1 | verdict |"
     )
     print("|---|---|---|---|---|---|---|")
-    start = time.perf_counter()
     for name in names:
         for severity in corruptions.SEVERITIES:
             print(compare(corrupt, images, name, severity), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--images", type=int, default=48, help="ImageNet sample images to compare on")
+    parser.add_argument("--corruptions", default="all", help="'all', comma-separated names or '' (none)")
+    parser.add_argument("--accuracy", type=int, default=0, help="also run the ResNet-20 check on N images")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    names = corruptions.ALL if args.corruptions == "all" else [n for n in args.corruptions.split(",") if n]
+    start = time.perf_counter()
+    if names:
+        compare_all(names, args.images)
     if "elastic_transform" in names:
-        elastic_check(images)
+        sample, _, _ = read_imagenet_sample()
+        elastic_check(sample[np.linspace(0, len(sample) - 1, args.images).astype(int)])
+    if args.accuracy:
+        accuracy_check(args.accuracy)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 

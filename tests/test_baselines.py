@@ -15,7 +15,7 @@ from zerosiam.methods.recipe import Batch, Evaluation
 from zerosiam.methods.sar import EmaBelow, WithoutLastStage
 from zerosiam.methods.tent import tent
 from zerosiam.parts.come import come_entropy
-from zerosiam.parts.fisher import MissingCleanDataError, estimate_fisher
+from zerosiam.parts.fisher import MissingCleanDataError, estimate_fisher, fisher
 from zerosiam.parts.losses import OBJECTIVES, entropy
 from zerosiam.parts.sam import sam
 from zerosiam.parts.selection import (
@@ -326,6 +326,11 @@ def test_eata_without_clean_data_is_a_clear_error():
     with pytest.raises(TypeError, match="unknown option"):
         zerosiam.adapt(tiny(), "tent", clean_data=[torch.rand(2, 3, 8, 8)], lr=0.1)
     zerosiam.adapt(tiny(), "eta", lr=0.1)  # ETA has no Fisher: no clean data needed
+    # a recipe given the regularizer by override also takes the clean data
+    adapter = zerosiam.adapt(
+        tiny(), "tent", regularizer=fisher(), clean_data=[torch.rand(2, 3, 8, 8)], lr=0.1
+    )
+    assert adapter.recipe.regularizer.fisher
 
 
 # --- whole methods ---------------------------------------------------------------------------------

@@ -98,7 +98,9 @@ def _write_many(path: str, worker: int) -> None:
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "r.db")
     ResultStore(path)
-    context = multiprocessing.get_context("spawn")
+    # fork: workers start in milliseconds (spawn would re-import torch in each)
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
     workers = [context.Process(target=_write_many, args=(path, w)) for w in range(3)]
     for process in workers:
         process.start()

@@ -296,6 +296,7 @@ def test_unknown_names_list_the_choices() -> None:
         ("resnet20", {"num_classes": 5}, TypeError, "takes no options"),
         ("timm:test_vit", {"colour": "red"}, TypeError, "unknown option"),
         ("timm:test_vit", {"std": (1, 0, 1)}, ValueError, "positive"),
+        ("timm:test_vit", {"num_classes": 0}, ValueError, "at least 1"),
     ],
 )
 def test_bad_names_and_options_are_explained(

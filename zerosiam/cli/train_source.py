@@ -10,13 +10,18 @@ Training resumes by itself from ``<out>/checkpoint.pt``: rerun the same command 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from zerosiam.zoo.architectures import ARCHITECTURES
+
+if TYPE_CHECKING:
+    from zerosiam.train import TrainConfig
 
 _ARCHS = (*ARCHITECTURES, "tiny_gn")
 
@@ -62,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.evaluate is not None:
-        return run_evaluate(args.evaluate, args.arch)
+        return run_evaluate(args.evaluate, args.arch, args.threads or 0)
     if args.arch is None:
         print("error: --arch is required to train or time a model", file=sys.stderr)
         return 2
@@ -71,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     return run_train(args)
 
 
-def config_from_args(args: argparse.Namespace) -> object:
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The training config: the architecture's recipe, overridden by every option given."""
     from zerosiam.train import config_fields, recipe_config
 
@@ -119,20 +124,24 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_evaluate(path: Path, arch: str | None) -> int:
+def run_evaluate(path: Path, arch: str | None, threads: int = 0) -> int:
+    """Clean top-1 of exported weights (sha256 checked against the sidecar) or of a training checkpoint."""
     from zerosiam.train import evaluate, load_checkpoint_model
-    from zerosiam.zoo.trained import load_trained, read_sidecar, sidecar_path
+    from zerosiam.zoo.trained import load_trained, sidecar_path
 
     if path.suffix == ".safetensors":
+        sidecar = sidecar_path(path)
+        if arch is None and sidecar.is_file():
+            arch = json.loads(sidecar.read_text())["arch"]
         if arch is None:
-            import json
-
-            arch = json.loads(sidecar_path(path).read_text())["arch"]
-        read_sidecar(arch, path)
+            print(f"error: {sidecar} is missing; it names the architecture and the sha256", file=sys.stderr)
+            return 2
         model = load_trained(arch, path)
     else:
         model, config = load_checkpoint_model(path)
         arch = config.arch
+    if threads:
+        torch.set_num_threads(threads)
     accuracy = evaluate(model, *_test_set())
     print(f"{arch} ({path}): clean top-1 {100 * accuracy:.2f} % on CIFAR-10 (JPEG q75) test (10,000 images)")
     return 0

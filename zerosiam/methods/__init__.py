@@ -58,20 +58,21 @@ _RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
 def _apply_overrides(recipe: Recipe, overrides: dict) -> tuple[Recipe, dict]:
     """Recipe fields and ZeroSiam's asymmetry options (alpha, predictor, divergence, stop_gradient);
     returns the recipe and the extras its parts take in ``prepare`` (e.g. EATA's ``clean_data``)."""
-    extras = {k: overrides.pop(k) for k in list(overrides) if k in prepare_options(recipe) - _RECIPE_FIELDS}
-    unknown = set(overrides) - _ASYMMETRY_FIELDS - _RECIPE_FIELDS
+    fields = {k: overrides.pop(k) for k in list(overrides) if k in _RECIPE_FIELDS}
+    asymmetric = {k: overrides.pop(k) for k in list(overrides) if k in _ASYMMETRY_FIELDS}
+    changed = recipe.with_(**fields) if fields else recipe
+    unknown = set(overrides) - prepare_options(changed)
     if unknown:
-        options = sorted(_ASYMMETRY_FIELDS | _RECIPE_FIELDS | prepare_options(recipe))
+        options = sorted(_ASYMMETRY_FIELDS | _RECIPE_FIELDS | prepare_options(changed))
         raise TypeError(
             f"unknown option(s) {sorted(unknown)} for {recipe.name}; options are lr, predictor_lr, momentum, "
             f"batch_size, head, {', '.join(options)}"
         )
-    asymmetric = {k: overrides.pop(k) for k in list(overrides) if k in _ASYMMETRY_FIELDS}
     if asymmetric:
-        if recipe.asymmetry is None:
+        if changed.asymmetry is None:
             raise TypeError(f"{sorted(asymmetric)} apply to ZeroSiam's predictor; {recipe.name} has none")
-        recipe = recipe.with_(asymmetry=dataclasses.replace(recipe.asymmetry, **asymmetric))
-    return (recipe.with_(**overrides) if overrides else recipe), extras
+        changed = changed.with_(asymmetry=dataclasses.replace(changed.asymmetry, **asymmetric))
+    return changed, overrides
 
 
 def adapt(

@@ -24,13 +24,15 @@ from zerosiam.zoo.base import IMAGENET_MEAN, IMAGENET_STD, ModelEntry, Normalize
 from zerosiam.zoo.specs import SYNTAX, Options, entry_for, is_spec
 
 if TYPE_CHECKING:
+    import os
+
     from typing_extensions import TypedDict, Unpack
 
     class ModelOptions(TypedDict, total=False):
         """The keyword options a spec takes (the fields of :class:`zerosiam.zoo.specs.Options`)."""
 
         num_classes: int
-        checkpoint: str
+        checkpoint: str | os.PathLike[str]
         checkpoint_sha256: str
         mean: tuple[float, ...] | float
         std: tuple[float, ...] | float

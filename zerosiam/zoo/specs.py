@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -84,7 +84,7 @@ def _split_checkpoint(target: str, options: Options) -> tuple[str, Options]:
         return target, options
     if options.checkpoint is not None:
         raise ValueError(f"checkpoint given twice: {path!r} in the name and {options.checkpoint!r}")
-    return target, Options(**{**options.__dict__, "checkpoint": path})
+    return target, replace(options, checkpoint=path)
 
 
 # ---------------------------------------------------------------------------------------------- timm
@@ -98,7 +98,11 @@ def _timm_entry(architecture: str, options: Options) -> ModelEntry:
             f"see timm.list_models('*{architecture.split('.')[0][:8]}*')"
         )
     config = get_pretrained_cfg(architecture)
-    num_classes = options.num_classes or (config.num_classes if config and config.num_classes else 1000)
+    num_classes = options.num_classes
+    if num_classes is None:
+        num_classes = config.num_classes if config and config.num_classes else 1000
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be at least 1 (the zoo returns logits), got {num_classes}")
     mean, std = check_normalization(
         options.mean if options.mean is not None else (config.mean if config else IMAGENET_MEAN),
         options.std if options.std is not None else (config.std if config else IMAGENET_STD),
