@@ -8,6 +8,8 @@ scientific notation, reordered sets) must score as correct, and near misses as w
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 pytest.importorskip("math_verify")
@@ -27,6 +29,7 @@ if not (SHARED_ASSETS / "math" / "math500_test.jsonl").is_file():
     pytest.skip("the math datasets are not in the local mirror", allow_module_level=True)
 
 
+@functools.cache
 def references(dataset: str) -> dict[str, str]:
     return {p.id: p.reference for p in load_problems(dataset, mirror=SHARED_ASSETS)}
 

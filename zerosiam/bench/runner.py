@@ -27,6 +27,7 @@ from tqdm import tqdm
 import zerosiam
 from zerosiam import corruptions, streams
 from zerosiam.data.corrupted import load_corrupted
+from zerosiam.methods.adapter import prepare_options
 
 PROTOCOLS = ("mild", "label_shift", "mixed", "bs1", "label_shift_bs1", "noise_prefix", "epochs")
 MIXED = "mixed"
@@ -165,8 +166,7 @@ def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.nda
 
 def _method_extras(spec: RunSpec) -> dict[str, Any]:
     """Inputs a method needs besides the stream: EATA's clean in-distribution samples for its Fisher."""
-    recipe = zerosiam.get_recipe(spec.method)
-    if not getattr(recipe.regularizer, "needs_clean_data", False):
+    if "clean_data" not in prepare_options(zerosiam.get_recipe(spec.method)):
         return {}
     images, _ = _subsample(*load_corrupted(spec.dataset, "clean", spec.severity), 2000, spec.seed)
     x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255)

@@ -6,8 +6,9 @@ needs to know. Checkpoints are checked against a recorded sha256 before they are
 
 Names (see docs/zoo.md):
 
-- zoo entries, listed by :func:`available_models`: ``resnet20``, ``resnet32``, ``resnet56`` (CIFAR-10)
-  and ``efficientnet_lite0`` (ImageNet);
+- zoo entries, listed by :func:`available_models`: ``resnet20``, ``resnet32``, ``resnet56`` (CIFAR-10),
+  ``efficientnet_lite0`` (ImageNet), and the project's own trained CIFAR-10 models whose weights are
+  present (:mod:`zerosiam.zoo.trained`);
 - specs, with keyword options: ``timm:<architecture>[@<checkpoint>]``, ``torchscript:<path.pt>`` and
   ``builder:<module>:<function>[@<checkpoint>]`` (details in :mod:`zerosiam.zoo.specs`).
 """
@@ -95,6 +96,21 @@ MODELS: dict[str, ModelEntry] = {
         licence="Apache-2.0",
     ),
 }
+
+
+def _register_trained_models() -> None:
+    """Add the project's own GroupNorm/LayerNorm CIFAR-10 models whose weights are present.
+
+    Only present weights are listed, so that every name :func:`available_models` offers can be loaded;
+    ``zerosiam train-source`` makes the others (see :mod:`zerosiam.zoo.trained`).
+    """
+    from zerosiam.zoo import trained
+
+    present = set(trained.available_trained())
+    MODELS.update({name: e for name, e in trained.model_entries().items() if name in present})
+
+
+_register_trained_models()
 
 
 def available_models() -> list[str]:
