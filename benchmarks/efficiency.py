@@ -158,7 +158,8 @@ def run_round(args: argparse.Namespace, methods: list[str], seed: int) -> list[d
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         row = results[-1]
         print(
-            f"  {method:>14}: {row['cpu_s'] * 1e3:8.1f} ms CPU {row['median_s'] * 1e3:8.1f} ms wall",
+            f"  {method:>14}: {row['cpu_s'] * 1e3:8.1f} ms CPU {row['median_s'] * 1e3:8.1f} ms wall "
+            f"{row['peak_mb']:7.1f} MB",
             flush=True,
         )
     return results

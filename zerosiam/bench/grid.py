@@ -158,10 +158,10 @@ def default_workers(threads: int) -> int:
 def _run_local(
     todo: list[RunSpec], workers: int | None, threads: int, _address: str | None
 ) -> Iterator[tuple]:
-    """A spawn-based pool, one fresh process per run: peak memory is then the run's own."""
+    """A spawn-based pool (no fork of a threaded torch); each run resets the peak-memory mark it reports."""
     context = multiprocessing.get_context("spawn")
     size = min(workers or default_workers(threads), len(todo))
-    with ProcessPoolExecutor(size, mp_context=context, max_tasks_per_child=1) as pool:
+    with ProcessPoolExecutor(size, mp_context=context) as pool:
         futures = {pool.submit(_execute, spec.as_dict(), threads) for spec in todo}
         while futures:
             done, futures = wait(futures, return_when=FIRST_COMPLETED)

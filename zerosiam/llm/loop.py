@@ -63,6 +63,7 @@ class QuestionRecord:
     divergence: float
     predictor_distance: float
     updated: bool
+    text: str  # the generated answer, kept so that runs can be compared token by token
 
 
 def answer_and_adapt(adapter: LMAdapter, tokenizer: Any, problem: MathProblem) -> tuple[QuestionRecord, str]:
@@ -89,6 +90,7 @@ def answer_and_adapt(adapter: LMAdapter, tokenizer: Any, problem: MathProblem) -
         divergence=step.divergence,
         predictor_distance=step.predictor_distance,
         updated=step.updated,
+        text=text,
     )
     return record, text
 
