@@ -48,17 +48,12 @@ from pathlib import Path
 
 import torch
 
+from zerosiam.bench.memory import reset_peak, status_kb
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- the worker: one method, one fresh process -----------------------------------------------------
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def _exact_rss_accounting() -> None:
@@ -71,15 +66,6 @@ def _exact_rss_accounting() -> None:
         libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
         libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
         libc.malloc_trim(0)
-
-
-def _reset_peak() -> bool:
-    """Reset the kernel's peak-RSS mark to the current RSS; False where the kernel does not allow it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def _build(model_name: str, batch_size: int, batches: int) -> tuple[torch.nn.Module, list, list]:
@@ -126,11 +112,11 @@ def worker(args: argparse.Namespace) -> dict:
     # Memory is measured after timing, on a few more batches, with glibc set to hand large blocks back.
     gc.collect()
     _exact_rss_accounting()
-    start_rss = _status_kb("VmRSS")
-    exact = _reset_peak()
+    start_rss = status_kb("VmRSS")
+    exact = reset_peak()
     for x in stream[: args.memory_batches]:
         adapter(x)
-    peak_kb = _status_kb("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kb = status_kb("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "method": args.method,
         "median_s": statistics.median(times),

@@ -194,7 +194,7 @@ def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: st
             ray.shutdown()
 
 
-def _run_inline(todo: list[RunSpec], _workers: int | None, threads: int, _address: str | None) -> Iterator[tuple]:
+def _run_inline(todo: list[RunSpec], _workers: int | None, threads: int, _address: str | None) -> Iterator:
     """Runs one after another in this process: for debugging and tests (peak memory is the process's)."""
     for spec in todo:
         yield _execute(spec.as_dict(), threads)

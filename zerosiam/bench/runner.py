@@ -14,11 +14,9 @@ import json
 import math
 import os
 import platform
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +25,7 @@ from tqdm import tqdm
 
 import zerosiam
 from zerosiam import corruptions, streams
+from zerosiam.bench.memory import peak_mb, reset_peak
 from zerosiam.data.corrupted import load_corrupted
 from zerosiam.methods.adapter import prepare_options
 
@@ -174,29 +173,9 @@ def _method_extras(spec: RunSpec) -> dict[str, Any]:
     return {"clean_data": list(x.split(spec.batch_size))}
 
 
-def reset_peak_memory() -> None:
-    """Start a new peak-RSS measurement (Linux: writing 5 to clear_refs resets VmHWM), so a worker that
-    runs many specs still reports each run's own peak."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass  # elsewhere the peak is the process's since it started
-
-
-def peak_memory_mb() -> float:
-    """The process's peak resident memory (VmHWM) since the last reset, in MiB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def run(spec: RunSpec, progress: bool = False) -> Result:
     """Execute one run and measure it."""
-    reset_peak_memory()
+    reset_peak()  # a pool worker runs many specs: each reports its own peak
     torch.manual_seed(spec.seed)
     stream = build_stream(spec)
     model = zerosiam.load_model(spec.model)
@@ -237,7 +216,7 @@ def _metrics(
         "steps": adapter.steps,
         "updates": sum(bool(row.get("updated")) for row in adapter.history),
         "recoveries": sum(bool(row.get("recovered")) for row in adapter.history),
-        "peak_rss_mb": peak_memory_mb(),
+        "peak_rss_mb": peak_mb(),
     }
     if len(stream.domains) > 1:
         metrics["per_domain"] = {

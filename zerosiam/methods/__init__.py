@@ -48,7 +48,9 @@ def get_recipe(method: str | Recipe) -> Recipe:
         base = get_recipe(method.removesuffix(COMPOSABLE_SUFFIX))
         if base.adapts and base.asymmetry is None:
             return with_zerosiam(base)
-    raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())} (or <method>+zerosiam)")
+    raise ValueError(
+        f"unknown method {method!r}; available: {', '.join(available_methods())} (or <method>+zerosiam)"
+    )
 
 
 _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
@@ -95,7 +97,9 @@ def adapt(
     that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
-    rates = resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1) if recipe.adapts else None
+    rates = (
+        resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1) if recipe.adapts else None
+    )
     settings = Settings(
         lr=lr if lr is not None else (rates.lr if rates else 0.0),
         predictor_lr=predictor_lr if predictor_lr is not None else (rates.predictor_lr if rates else 0.0),

@@ -137,7 +137,9 @@ class Adapter:
         return True
 
     def gradients_finite(self) -> bool:
-        grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        grads = [
+            p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None
+        ]
         return all(bool(torch.isfinite(g).all()) for g in grads)
 
     @property
@@ -154,7 +156,9 @@ class Adapter:
         self._predictor_source = copy.deepcopy(self.predictor.state_dict())
         learned = [p for p in self.predictor.parameters() if p.requires_grad]
         if learned:
-            self.optimizer.add_param_group({"params": learned, "lr": self.settings.predictor_lr, "name": "predictor"})
+            self.optimizer.add_param_group(
+                {"params": learned, "lr": self.settings.predictor_lr, "name": "predictor"}
+            )
 
     # --- state -------------------------------------------------------------------------------------
     def restore_source(self) -> None:
@@ -184,14 +188,20 @@ class Adapter:
         state: dict[str, Any] = {"method": self.recipe.name, "steps": self.steps}
         if self.recipe.adapts:
             state["params"] = {name: p.detach().clone() for name, p in self.params.items()}
-            state["predictor"] = None if self.predictor is None else copy.deepcopy(self.predictor.state_dict())
+            state["predictor"] = (
+                None if self.predictor is None else copy.deepcopy(self.predictor.state_dict())
+            )
             state["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
-            state["parts"] = {k: p.state_dict() for k, p in self._stateful_parts().items() if hasattr(p, "state_dict")}
+            state["parts"] = {
+                k: p.state_dict() for k, p in self._stateful_parts().items() if hasattr(p, "state_dict")
+            }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("method") != self.recipe.name:
-            raise ValueError(f"checkpoint is of method {state.get('method')!r}, this adapter runs {self.recipe.name!r}")
+            raise ValueError(
+                f"checkpoint is of method {state.get('method')!r}, this adapter runs {self.recipe.name!r}"
+            )
         self.steps = state["steps"]
         if not self.recipe.adapts:
             return
@@ -225,7 +235,10 @@ class Adapter:
 
     # --- diagnostics -------------------------------------------------------------------------------
     def _record(
-        self, prediction: Tensor, evaluations: list[Evaluation] | None, updated: bool | None = None,
+        self,
+        prediction: Tensor,
+        evaluations: list[Evaluation] | None,
+        updated: bool | None = None,
         recovered: bool = False,
     ) -> None:
         """Append this step's diagnostics: the paper's collapse indicators and the loss terms."""
@@ -236,7 +249,9 @@ class Adapter:
             "entropy": float(entropy(logits).mean()),
             "logit_norm": float(norms.mean()),
             "centre_dominance": float(logits.mean(0).norm() / norms.mean().clamp_min(1e-12)),
-            "predictor_drift": distance_from_identity(self.predictor) if self.predictor is not None else math.nan,
+            "predictor_drift": distance_from_identity(self.predictor)
+            if self.predictor is not None
+            else math.nan,
         }
         if evaluations is not None:
             first = evaluations[0]
@@ -286,9 +301,13 @@ def _check_input(x: Tensor) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a torch.Tensor batch, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"expected a floating-point batch, got dtype {x.dtype}; convert images with x.float() / 255")
+        raise TypeError(
+            f"expected a floating-point batch, got dtype {x.dtype}; convert images with x.float() / 255"
+        )
     if x.ndim < 2 or x.shape[0] == 0:
-        raise ValueError(f"expected a non-empty batch with a leading batch dimension, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"expected a non-empty batch with a leading batch dimension, got shape {tuple(x.shape)}"
+        )
     if not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).flatten(1).any(1).sum())
         raise NonFiniteInputError(f"{bad} of {x.shape[0]} samples contain NaN or Inf; nothing was adapted")
