@@ -189,12 +189,14 @@ def test_sam_second_pass_is_restricted_to_the_first_selection():
         return Evaluation(loss, mask, None, {})
 
     weight = nn.Parameter(torch.ones(2))
-    adapter = SimpleNamespace(
-        trainable=[weight],
-        optimizer=torch.optim.SGD([weight], lr=0.1),
-        _skipped=None,
-        gradients_finite=lambda: True,
-    )
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+
+    def backward(loss):
+        optimizer.zero_grad()
+        loss.backward()
+        return True
+
+    adapter = SimpleNamespace(trainable=[weight], optimizer=optimizer, _skipped=None, backward=backward)
     evaluations = sam(0.05)(adapter, closure)
     assert calls[0] is None and torch.equal(calls[1], first_mask)
     assert evaluations[1].selected == 1

@@ -122,8 +122,9 @@ class Adapter:
         batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), adapter=self)
         return self.recipe.evaluate(batch, restrict)
 
-    def descend(self, loss: Tensor) -> bool:
-        """Backpropagate ``loss`` and take one optimizer step, unless the loss or a gradient is not finite."""
+    def backward(self, loss: Tensor) -> bool:
+        """Gradients of ``loss`` in the trainable parameters; False, recorded as the step's ``skipped``
+        reason and with no gradient left, when the loss or a gradient is not finite."""
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             self._skipped = "non-finite loss"
@@ -132,6 +133,12 @@ class Adapter:
         if not self.gradients_finite():
             self.optimizer.zero_grad(set_to_none=True)
             self._skipped = "non-finite gradient"
+            return False
+        return True
+
+    def descend(self, loss: Tensor) -> bool:
+        """Backpropagate ``loss`` and take one optimizer step, unless the loss or a gradient is not finite."""
+        if not self.backward(loss):
             return False
         self.optimizer.step()
         return True

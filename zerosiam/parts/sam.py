@@ -64,13 +64,13 @@ class SAM:
         first = closure()
         if not first.selected:
             return [first]
-        if not _backward(adapter, first.loss):
+        if not adapter.backward(first.loss):
             return [first]
         params = adapter.trainable
         moves = ascend(params, self.rho)
         try:
             second = closure(restrict=first.mask)
-            ready = second.selected > 0 and _backward(adapter, second.loss)
+            ready = second.selected > 0 and adapter.backward(second.loss)
         finally:
             descend_back(params, moves)
         if ready:
@@ -79,20 +79,6 @@ class SAM:
             adapter._skipped = "no sample selected at the perturbed weights"
         adapter.optimizer.zero_grad(set_to_none=True)
         return [first, second]
-
-
-def _backward(adapter: Adapter, loss: Tensor) -> bool:
-    """Gradients of ``loss`` in the adapter's parameters; False (and recorded) when not finite."""
-    adapter.optimizer.zero_grad(set_to_none=True)
-    if not torch.isfinite(loss):
-        adapter._skipped = "non-finite loss"
-        return False
-    loss.backward()
-    if not adapter.gradients_finite():
-        adapter.optimizer.zero_grad(set_to_none=True)
-        adapter._skipped = "non-finite gradient"
-        return False
-    return True
 
 
 def sam(rho: float = 0.05) -> SAM:  # methods.md: SAR code, ρ = 0.05
