@@ -12,9 +12,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-
-def _csv(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
+from zerosiam.cli._args import csv_list
 
 
 def _value(text: str) -> Any:
@@ -31,7 +29,7 @@ def _assignments(items: list[str], many: bool) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"expected key=value, got {item!r}")
-        out[key.strip()] = [_value(v) for v in _csv(value)] if many else _value(value)
+        out[key.strip()] = [_value(v) for v in csv_list(value)] if many else _value(value)
     return out
 
 
@@ -45,15 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--grid", type=Path, help="a YAML file with the grid's axes (flags below override it)"
     )
-    parser.add_argument("--model", "--models", dest="models", type=_csv)
-    parser.add_argument("--methods", type=_csv)
+    parser.add_argument("--model", "--models", dest="models", type=csv_list)
+    parser.add_argument("--methods", type=csv_list)
     parser.add_argument("--dataset")
     parser.add_argument("--corruptions", help="comma-separated names, or 'benchmark' for all 15")
     parser.add_argument(
-        "--severity", "--severities", dest="severities", type=lambda t: [int(s) for s in _csv(t)]
+        "--severity", "--severities", dest="severities", type=lambda t: [int(s) for s in csv_list(t)]
     )
-    parser.add_argument("--protocols", type=_csv)
-    parser.add_argument("--seeds", type=lambda t: [int(s) for s in _csv(t)])
+    parser.add_argument("--protocols", type=csv_list)
+    parser.add_argument("--seeds", type=lambda t: [int(s) for s in csv_list(t)])
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--limit", type=int, help="use this many images of each corruption (seeded subset)")
     parser.add_argument(
@@ -93,7 +91,7 @@ def grid_from_args(args: argparse.Namespace):
         "methods": args.methods,
         "dataset": args.dataset,
         "corruptions": args.corruptions
-        and (args.corruptions if args.corruptions == "benchmark" else _csv(args.corruptions)),
+        and (args.corruptions if args.corruptions == "benchmark" else csv_list(args.corruptions)),
         "severities": args.severities,
         "protocols": args.protocols,
         "seeds": args.seeds,

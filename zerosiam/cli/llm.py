@@ -17,12 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def _csv(text: str) -> list[str]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return items
+from zerosiam.cli._args import csv_list
 
 
 def _positive(text: str) -> int:
@@ -40,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m or a local Hugging Face folder")
-    parser.add_argument("--dataset", "--datasets", dest="datasets", type=_csv, default=["math500"])
-    parser.add_argument("--methods", type=_csv, default=["noadapt", "tent", "zerosiam"])
+    parser.add_argument("--dataset", "--datasets", dest="datasets", type=csv_list, default=["math500"])
+    parser.add_argument("--methods", type=csv_list, default=["noadapt", "tent", "zerosiam"])
     parser.add_argument("--limit", type=_positive, help="a seeded random subset of this many questions")
     parser.add_argument("--seed", type=int, default=0, help="subset draw and LoRA initialisation")
     parser.add_argument("--max-new-tokens", type=_positive, default=256)
@@ -49,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lr-predictor", type=float, help="η_h when it should differ from --lr")
     parser.add_argument("--k", type=_positive, default=8, help="adapt on the first k generated tokens")
     parser.add_argument("--lora-rank", type=_positive, default=8)
-    parser.add_argument("--lora-targets", type=_csv, default=["q_proj", "v_proj"])
+    parser.add_argument("--lora-targets", type=csv_list, default=["q_proj", "v_proj"])
     parser.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--mirror", help="folder holding math/*.jsonl (default: the project's data mirror)")
     parser.add_argument("--db", type=Path, default=Path("runs/llm.db"))
