@@ -76,7 +76,8 @@ class Adapter:
         )
         if self._tap is not None and self._tap.head is not None:
             self._add_predictor(self._tap.feature_dim)
-        self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        else:
+            self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
         self._prepare(extras or {})
 
     def _prepare(self, extras: dict[str, Any]) -> None:
@@ -117,7 +118,6 @@ class Adapter:
             target, feature = self._tap.forward(x)
             if self.predictor is None:
                 self._add_predictor(self._tap.feature_dim)
-                self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
             online = self._tap.head_of(self.predictor(feature))
         batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), adapter=self)
         return self.recipe.evaluate(batch, restrict)
@@ -156,6 +156,8 @@ class Adapter:
 
     # --- predictor ---------------------------------------------------------------------------------
     def _add_predictor(self, dim: int) -> None:
+        """Build h for feature size ``dim`` and give it its own learning rate; the optimizer's initial
+        state, which ``restore_source`` returns to, is taken afresh to include it."""
         head = self._tap.head
         self.predictor = build_predictor(self.recipe.asymmetry.predictor, dim).to(
             device=head.weight.device, dtype=head.weight.dtype
@@ -166,6 +168,7 @@ class Adapter:
             self.optimizer.add_param_group(
                 {"params": learned, "lr": self.settings.predictor_lr, "name": "predictor"}
             )
+        self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
 
     # --- state -------------------------------------------------------------------------------------
     def restore_source(self) -> None:

@@ -9,8 +9,6 @@ any other model, on the first batch, as the linear layer whose output *is* the m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
@@ -136,17 +134,3 @@ class FeatureTap:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-
-
-@dataclass(frozen=True)
-class SplitInfo:
-    """What a user can inspect about how their model was split."""
-
-    head_name: str
-    feature_dim: int
-    num_classes: int
-
-
-def describe(model: nn.Module, head: nn.Module) -> SplitInfo:
-    name = next((n for n, m in model.named_modules() if m is head), "?")
-    return SplitInfo(name, head.in_features, head.out_features)
