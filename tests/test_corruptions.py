@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -234,6 +236,26 @@ def test_motion_blur_smears_a_point_one_sided_and_keeps_flat_images() -> None:
     assert out[16, 17:].max() == 0 and np.count_nonzero(out[:16]) == 0
     flat = np.full((2, 32, 32, 3), 100, np.uint8)
     assert np.array_equal(_common.motion_blur(flat, 9, 2.5, np.array([-30.0, 40.0])), flat)
+
+
+def _imagemagick() -> str | None:
+    """The real ImageMagick ``convert``, or None (a stand-in of the same name does not count)."""
+    for path in filter(None, (shutil.which("convert", path="/usr/bin"), shutil.which("convert"))):
+        version = subprocess.run([path, "-version"], capture_output=True, text=True).stdout
+        if "ImageMagick" in version:
+            return path
+    return None
+
+
+@pytest.mark.skipif(_imagemagick() is None, reason="ImageMagick is not installed")
+@pytest.mark.parametrize(("radius", "sigma", "angle"), [(9, 2.5, 22.2), (12, 12, -101.0), (20, 15, -45.0)])
+def test_motion_blur_equals_imagemagick(tmp_path, cifar_batch, radius, sigma, angle) -> None:
+    image = cifar_batch[0]
+    source, target = tmp_path / "in.png", tmp_path / "out.png"
+    Image.fromarray(image).save(source)
+    subprocess.run([_imagemagick(), source, "-motion-blur", f"{radius}x{sigma}+{angle}", target], check=True)
+    theirs = np.asarray(Image.open(target).convert("RGB"))
+    assert np.array_equal(_common.motion_blur(image[None], radius, sigma, np.array([angle]))[0], theirs)
 
 
 def test_brightness_and_saturate_closed_forms() -> None:
