@@ -313,3 +313,25 @@ def test_bad_names_and_options_are_explained(
         pytest.skip("timm is not installed")
     with pytest.raises(error, match=match):
         model_info(name, **options)
+
+
+@pytest.mark.parametrize(
+    ("arch", "family"),
+    [("resnet26_gn", "resnet50_gn"), ("vit_tiny_ln", "vit_small"), ("convnext_nano_ln", "convnext_tiny")],
+)
+def test_trained_architectures_adapt_with_their_paper_familys_rates(arch: str, family: str) -> None:
+    from zerosiam.methods.hparams import ZEROSIAM_RATES, model_family, resolve_rates
+    from zerosiam.zoo.trained import build
+
+    model = build(arch)  # behind its normalization wrapper, as the zoo hands it out
+    assert model_family(model) == family
+    assert resolve_rates(model, "zerosiam", 64, double_at_one=True) == ZEROSIAM_RATES[family]
+
+
+def test_a_declared_rate_family_must_exist() -> None:
+    from zerosiam.methods.hparams import model_family
+
+    model = nn.Linear(4, 2)
+    model.rate_family = "resnet-gn"
+    with pytest.raises(ValueError, match="resnet50_gn"):
+        model_family(model)

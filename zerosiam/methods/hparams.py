@@ -53,8 +53,18 @@ FALLBACK = "resnet50_gn"
 
 
 def model_family(model: nn.Module) -> str | None:
-    """The family whose published rates apply to ``model``, or None when the paper has none."""
+    """The family whose published rates apply to ``model``, or None when the paper has none.
+
+    A model may declare its family in a ``rate_family`` attribute (the project's own CIFAR GN/LN models
+    do: they are small members of the paper's families, not timm or torchvision classes); otherwise the
+    family is recognised from the classes it is built of.
+    """
     model = getattr(model, "wrapped_model", model)  # look through the zoo's normalization wrapper
+    declared = getattr(model, "rate_family", None)
+    if declared is not None:
+        if declared not in TENT_RATES:
+            raise ValueError(f"rate_family {declared!r} is not one of {sorted(TENT_RATES)}")
+        return declared
     names = {type(m).__name__ for m in model.modules()}
     top = type(model).__name__
     if top == "VisionTransformer":

@@ -11,6 +11,7 @@ Written with ``torch.nn`` only, so the architectures are fully visible and depen
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,8 @@ class GNBasicBlock(nn.Module):
 
 class ResNetGN(nn.Module):
     """A CIFAR ResNet (3 stages at 32², 16², 8²) of depth 6n + 2, GroupNorm throughout, ``fc`` head."""
+
+    rate_family: ClassVar[str] = "resnet50_gn"  # adaptation rates of the paper's ResNet-50-GN
 
     def __init__(
         self,
@@ -133,6 +136,8 @@ class ViT(nn.Module):
     pooling of the tokens (no class token: on small data it trains faster and as well), final LayerNorm,
     ``head``."""
 
+    rate_family: ClassVar[str] = "vit_small"  # adaptation rates of the paper's smallest ViT, ViT-S/16
+
     def __init__(
         self,
         image_size: int = 32,
@@ -192,6 +197,8 @@ class ConvNeXt(nn.Module):
     """ConvNeXt for 32² images: a 2×2 patchify stem (16² maps; the 4×4 stem of ImageNet would leave 8²),
     three stages separated by LayerNorm + 2×2 stride-2 convs, global average pool, final LayerNorm, ``head``.
     """
+
+    rate_family: ClassVar[str] = "convnext_tiny"  # adaptation rates of the paper's ConvNeXt-Tiny
 
     def __init__(
         self,
