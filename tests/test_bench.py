@@ -85,6 +85,8 @@ def test_mixed_stream_covers_every_corruption_once(fake_domains):
 def test_noise_prefix_and_epochs_evaluate_only_their_part(fake_domains):
     stream = build_stream(_spec(protocol="noise_prefix", noise=20))
     assert stream.evaluated.sum() == 50 and not stream.evaluated[:20].any()
+    noise = stream.domains[0][0].astype(float)
+    assert abs(noise.mean() - 127.5) < 3 and 55 < noise.std() < 64  # Gaussian, a little clipped
     stream = build_stream(_spec(protocol="epochs", epochs=3))
     assert len(stream.rows) == 150 and stream.evaluated.sum() == 50 and stream.evaluated[-50:].all()
 
@@ -92,6 +94,37 @@ def test_noise_prefix_and_epochs_evaluate_only_their_part(fake_domains):
 def test_bs1_protocols_stream_single_images(fake_domains):
     assert build_stream(_spec(protocol="bs1")).batch_size == 1
     assert build_stream(_spec(protocol="label_shift_bs1")).batch_size == 1
+
+
+class Oracle(torch.nn.Module):
+    """Right on the first 20 of the fake domain's 50 images, wrong on the rest (whatever their order)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        load = runner.load_corrupted("cifar10c", "fog", 5)
+        wanted = {img.tobytes(): int(lab) for img, lab in zip(*load, strict=True)}
+        index = {img.tobytes(): i for i, img in enumerate(load[0])}
+        logits = torch.zeros(len(x), 5)
+        for row, image in enumerate(x.permute(0, 2, 3, 1).mul(255).round().to(torch.uint8).numpy()):
+            key = image.tobytes()
+            logits[row, wanted[key] if index[key] < 20 else (wanted[key] + 1) % 5] = 1.0
+        return logits
+
+
+def test_blind_spot_adapts_on_the_source_models_mistakes_only(fake_domains):
+    stream = build_stream(_spec(protocol="blind_spot"), source_model=Oracle())
+    assert stream.batch_size == 1 and len(stream.rows) == 50 and not stream.evaluated.any()
+    assert set(stream.rows[:, 1]) == set(range(20, 50))  # 30 mistakes, repeated and topped up to 50
+    assert sorted(stream.frozen_rows[:, 1]) == list(range(50))
+    with pytest.raises(ValueError, match="source_model"):
+        build_stream(_spec(protocol="blind_spot"))
+
+
+def test_blind_spot_scores_the_frozen_model_on_the_whole_set(fake_domains, tiny_model):
+    result = runner.run(_spec(protocol="blind_spot", method="tent", hparams={"lr": 1e-2}))
+    assert result.metrics["samples"] == 50 and result.metrics["steps"] == 50
+    assert all(math.isnan(v) for v in result.curves["accuracy"])  # nothing is scored while adapting
+    unadapted = runner.run(_spec(protocol="blind_spot", method="noadapt")).metrics["accuracy"]
+    assert unadapted == runner.run(_spec(protocol="mild", method="noadapt")).metrics["accuracy"]
 
 
 def test_spec_validation_and_stable_ids():

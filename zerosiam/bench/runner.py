@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 
 import zerosiam
@@ -29,7 +31,8 @@ from zerosiam.bench.memory import peak_mb, reset_peak
 from zerosiam.data.corrupted import load_corrupted
 from zerosiam.methods.adapter import prepare_options
 
-PROTOCOLS = ("mild", "label_shift", "mixed", "bs1", "label_shift_bs1", "noise_prefix", "epochs")
+PROTOCOLS = ("mild", "label_shift", "mixed", "bs1", "label_shift_bs1", "blind_spot", "noise_prefix", "epochs")
+BLIND_SPOT = "blind_spot"
 MIXED = "mixed"
 CURVE_KEYS = (
     "logit_norm",
@@ -47,8 +50,8 @@ class RunSpec:
     """Everything that determines a run's result. ``hparams`` are ``adapt`` overrides (lr, predictor_lr, …).
 
     ``corruption`` is ``"mixed"`` for the mixed protocol, which streams all 15 corruptions in one run.
-    ``stream_length`` sets T for label shift (default: the dataset size); ``noise`` the noise-prefix
-    length; ``epochs`` the passes of the epochs protocol.
+    ``stream_length`` sets T for label shift and the length of the blind-spot stream (default: the
+    dataset size); ``noise`` the noise-prefix length; ``epochs`` the passes of the epochs protocol.
     """
 
     model: str
@@ -97,13 +100,16 @@ class Result:
 @dataclass
 class Stream:
     """A run's data: domains of (images, labels), the ``(domain, index)`` rows in stream order, which
-    rows count towards accuracy, and the batch size."""
+    rows count towards accuracy, and the batch size. ``frozen_rows``, when set, are scored after the
+    stream by the adapted model without further updates (the blind-spot protocol), and only they count.
+    """
 
     domains: list[tuple[np.ndarray, np.ndarray]]
     names: list[str]
     rows: np.ndarray
     evaluated: np.ndarray
     batch_size: int
+    frozen_rows: np.ndarray | None = None
 
 
 def _subsample(images: np.ndarray, labels: np.ndarray, limit: int | None, seed: int):
@@ -123,8 +129,9 @@ def _single(order: np.ndarray) -> np.ndarray:
     return np.stack([np.zeros_like(order), order], axis=1)
 
 
-def build_stream(spec: RunSpec) -> Stream:
-    """The protocol's stream for ``spec`` (``shared/docs/protocols.md``)."""
+def build_stream(spec: RunSpec, source_model: nn.Module | None = None) -> Stream:
+    """The protocol's stream for ``spec`` (``shared/docs/protocols.md``). The blind-spot stream depends
+    on what the unadapted ``source_model`` gets wrong, so it needs that model; no other protocol does."""
     if spec.protocol == MIXED:
         domains = [_domain(spec, name) for name in corruptions.BENCHMARK]
         rows = streams.mixed([len(labels) for _, labels in domains], spec.seed)
@@ -132,14 +139,14 @@ def build_stream(spec: RunSpec) -> Stream:
     domain = _domain(spec, spec.corruption)
     labels = domain[1]
     batch_size = 1 if spec.protocol.endswith("bs1") else spec.batch_size
+    if spec.protocol == BLIND_SPOT:
+        return _blind_spot_stream(spec, domain, source_model)
     if spec.protocol.startswith("label_shift"):
         length = spec.stream_length or len(labels)
         rows = _single(streams.label_shift(labels, spec.imbalance_ratio, spec.seed, length=length))
         return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
     if spec.protocol == "noise_prefix":
-        noise = np.random.default_rng(spec.seed).integers(
-            0, 256, (spec.noise, *domain[0].shape[1:]), np.uint8
-        )
+        noise = pure_noise(spec.noise, domain[0].shape[1:], spec.seed)
         rows = streams.noise_prefix(labels, spec.noise, spec.seed)
         noise_domain = (noise, np.full(spec.noise, -1))
         return Stream(
@@ -151,6 +158,35 @@ def build_stream(spec: RunSpec) -> Stream:
         return Stream([domain], [spec.corruption], _single(order), evaluated, batch_size)
     rows = _single(streams.mild(labels, spec.seed))
     return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
+
+
+def pure_noise(count: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """The paper's "pure Gaussian noise" images: every pixel N(127.5, 64²) grey levels, i.i.d., clipped to
+    uint8 (the paper gives no scale; ±2σ spans the 0–255 range, so about 5 % of values are clipped)."""
+    values = np.random.default_rng(seed).normal(127.5, 64.0, (count, *shape))
+    return np.clip(np.rint(values), 0, 255).astype(np.uint8)
+
+
+def _blind_spot_stream(spec: RunSpec, domain, source_model: nn.Module | None) -> Stream:
+    """Adapt one image at a time on the source model's mistakes only, then score the whole set frozen."""
+    if source_model is None:
+        raise ValueError("the blind-spot stream is made of the source model's mistakes: pass source_model")
+    shuffled = _single(streams.mild(domain[1], spec.seed))
+    source = Stream([domain], [spec.corruption], shuffled, np.ones(len(shuffled), bool), spec.batch_size)
+    wrong = np.zeros(len(domain[1]), bool)
+    wrong[shuffled[:, 1]] = ~_frozen_hits(source_model, source, shuffled)
+    rows = _single(streams.blind_spot(wrong, spec.stream_length or len(wrong), spec.seed))
+    return Stream([domain], [spec.corruption], rows, np.zeros(len(rows), bool), 1, frozen_rows=shuffled)
+
+
+def _frozen_hits(predict, stream: Stream, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` ``predict`` classifies correctly, in batches of the stream's size, no gradients."""
+    hits = []
+    with torch.no_grad():
+        for a, b in itertools.pairwise(streams.batches(rows, max(stream.batch_size, 64))):
+            x, y = gather_batch(stream, rows[a:b])
+            hits.append(predict(x).argmax(1).numpy() == y)
+    return np.concatenate(hits) if hits else np.zeros(0, bool)
 
 
 def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
@@ -177,8 +213,8 @@ def run(spec: RunSpec, progress: bool = False) -> Result:
     """Execute one run and measure it."""
     reset_peak()  # a pool worker runs many specs: each reports its own peak
     torch.manual_seed(spec.seed)
-    stream = build_stream(spec)
     model = zerosiam.load_model(spec.model)
+    stream = build_stream(spec, source_model=model)
     adapter = zerosiam.adapt(
         model, spec.method, batch_size=stream.batch_size, **spec.hparams, **_method_extras(spec)
     )
@@ -197,6 +233,9 @@ def run(spec: RunSpec, progress: bool = False) -> Result:
         np.add.at(correct, rows[counted, 0], hits[counted])
         np.add.at(seen, rows[counted, 0], 1)
         accuracy_curve.append(float(hits[counted].mean()) if counted.any() else math.nan)
+    if stream.frozen_rows is not None:
+        hits = _frozen_hits(adapter.predict, stream, stream.frozen_rows)
+        correct[0], seen[0] = hits.sum(), len(hits)
     seconds = time.perf_counter() - start
     return Result(
         spec,

@@ -109,6 +109,15 @@ class Adapter:
         self._record(first.batch.target.detach(), evaluations, recovered=recovered)
         return first.batch.target.detach()
 
+    def predict(self, x: Tensor) -> Tensor:
+        """The prediction for ``x`` from the current weights, with no adaptation step and no record: for
+        scoring a model frozen after adapting (the blind-spot protocol)."""
+        _check_input(x)
+        if self.recipe.adapts:
+            self._batch_stats.check_batch(x.shape[0])
+        with torch.no_grad():
+            return self.model(x)
+
     def _evaluate(self, x: Tensor, restrict: Tensor | None = None) -> Evaluation:
         """Forward once and score the recipe's loss: the closure that steps call (SAM calls it twice)."""
         if self._tap is None:
