@@ -180,7 +180,7 @@ def _blind_spot_stream(spec: RunSpec, domain, source_model: nn.Module | None) ->
 
 
 def _frozen_hits(predict, stream: Stream, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` ``predict`` classifies correctly, in batches of the stream's size, no gradients."""
+    """Which of ``rows`` ``predict`` classifies correctly: no gradients, batches of at least 64 images."""
     hits = []
     with torch.no_grad():
         for a, b in itertools.pairwise(streams.batches(rows, max(stream.batch_size, 64))):
