@@ -223,3 +223,15 @@ def test_default_learning_rates_follow_the_paper_table():
     assert zerosiam.adapt(vit, "zerosiam", batch_size=1).settings.lr == pytest.approx(1e-3 / 32)
     gn = timm.create_model("resnet50_gn", pretrained=False, num_classes=10)
     assert zerosiam.adapt(gn, "zerosiam", batch_size=1).settings.lr == pytest.approx(2.5e-3 / 16)
+
+
+def test_lr_scale_moves_both_default_rates_and_leaves_explicit_ones(tiny_bn) -> None:
+    base = zerosiam.adapt(copy.deepcopy(tiny_bn), "zerosiam").settings
+    scaled = zerosiam.adapt(copy.deepcopy(tiny_bn), "zerosiam", lr_scale=10).settings
+    assert scaled.lr == pytest.approx(10 * base.lr) and scaled.predictor_lr == pytest.approx(
+        10 * base.predictor_lr
+    )
+    explicit = zerosiam.adapt(copy.deepcopy(tiny_bn), "zerosiam", lr=1e-3, lr_scale=10).settings
+    assert explicit.lr == 1e-3 and explicit.predictor_lr == pytest.approx(10 * base.predictor_lr)
+    with pytest.raises(ValueError, match="lr_scale"):
+        zerosiam.adapt(copy.deepcopy(tiny_bn), "tent", lr_scale=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from torch import nn
 
@@ -10,7 +11,7 @@ from zerosiam.methods.adapter import Adapter, NonFiniteInputError, Settings, pre
 from zerosiam.methods.come import come
 from zerosiam.methods.deyo import deyo
 from zerosiam.methods.eata import eata, eta
-from zerosiam.methods.hparams import resolve_rates
+from zerosiam.methods.hparams import Rates, resolve_rates
 from zerosiam.methods.noadapt import noadapt
 from zerosiam.methods.recipe import Asymmetry, Recipe
 from zerosiam.methods.sar import sar
@@ -86,23 +87,30 @@ def adapt(
     momentum: float = 0.9,
     batch_size: int = 64,
     head: str | nn.Module | None = None,
+    lr_scale: float = 1.0,
     **overrides,
 ) -> Adapter:
     """Wrap ``model`` for online test-time adaptation by ``method``.
 
     ``lr`` (η_f) and ``predictor_lr`` (η_h) default to the paper's rates for the model's family at
-    ``batch_size``; ``head`` names the classifier module when it cannot be detected; any other keyword
-    overrides a recipe field or ZeroSiam's asymmetry option (``alpha``, ``predictor``, ``divergence``,
-    ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp", divergence="js")``; keywords
-    that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
+    ``batch_size``, times ``lr_scale``: it moves both defaults together, e.g. to try the paper's rates ×10
+    on a smaller model, and leaves an explicit ``lr`` or ``predictor_lr`` as given. ``head`` names the
+    classifier module when it cannot be detected. Any other keyword overrides a recipe field or ZeroSiam's
+    asymmetry option (``alpha``, ``predictor``, ``divergence``, ``stop_gradient``), e.g.
+    ``adapt(model, "zerosiam", predictor="mlp", divergence="js")``; keywords that a recipe's parts take
+    in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
+    if not (math.isfinite(lr_scale) and lr_scale > 0):
+        raise ValueError(f"lr_scale must be a positive number, got {lr_scale}")
     rates = (
-        resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1) if recipe.adapts else None
+        resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1)
+        if recipe.adapts
+        else Rates(0.0)
     )
     settings = Settings(
-        lr=lr if lr is not None else (rates.lr if rates else 0.0),
-        predictor_lr=predictor_lr if predictor_lr is not None else (rates.predictor_lr if rates else 0.0),
+        lr=lr if lr is not None else rates.lr * lr_scale,
+        predictor_lr=predictor_lr if predictor_lr is not None else rates.predictor_lr * lr_scale,
         momentum=momentum,
     )
     return Adapter(model, recipe, settings, head=head, extras=extras)
