@@ -39,7 +39,7 @@ def imagemagick() -> str:
     if path is None:
         raise SystemExit("ImageMagick is not installed: apt-get install imagemagick")
     version = subprocess.run([path, "-version"], capture_output=True, text=True).stdout
-    if "ImageMagick" not in version:
+    if not version.startswith("Version: ImageMagick"):
         raise SystemExit(f"{path} is not ImageMagick: apt-get install imagemagick")
     return path
 

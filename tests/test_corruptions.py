@@ -242,7 +242,7 @@ def _imagemagick() -> str | None:
     """The real ImageMagick ``convert``, or None (a stand-in of the same name does not count)."""
     for path in filter(None, (shutil.which("convert", path="/usr/bin"), shutil.which("convert"))):
         version = subprocess.run([path, "-version"], capture_output=True, text=True).stdout
-        if "ImageMagick" in version:
+        if version.startswith("Version: ImageMagick"):  # a stand-in only complains on stderr
             return path
     return None
 
