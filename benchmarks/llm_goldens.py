@@ -89,7 +89,9 @@ def compute() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     goldens = compute()
@@ -97,7 +99,9 @@ def main() -> None:
     args.out.write_text(json.dumps(goldens, indent=1) + "\n")
     for label, case in goldens.items():
         losses = [s["loss"] for s in case["steps"]]
-        print(label, [None if v is None else round(v, 5) for v in losses], [s["updated"] for s in case["steps"]])
+        print(
+            label, [None if v is None else round(v, 5) for v in losses], [s["updated"] for s in case["steps"]]
+        )
 
 
 if __name__ == "__main__":
