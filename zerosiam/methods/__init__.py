@@ -1,4 +1,11 @@
-"""Methods: the registry of recipes and ``adapt``, the one-line entry point."""
+"""Methods: the registry of recipes and ``adapt``, the one-line entry point.
+
+One registry serves both modalities: a method has a recipe per modality it supports. Most recipes are
+the same object on images and on text; where the paper runs a method differently on language models
+(SAR and EATA with E0 = 0.4 nats, EATA without its Fisher term, COME on Tent) the text recipe is its own,
+defined in the method's file; DeYO is image-only (its second view shuffles image patches) and TLM is
+text-only (it reads the prompt).
+"""
 
 from __future__ import annotations
 
@@ -8,23 +15,27 @@ import math
 from torch import nn
 
 from zerosiam.methods.adapter import Adapter, NonFiniteInputError, Settings, prepare_options
-from zerosiam.methods.come import come
+from zerosiam.methods.come import come, come_text
 from zerosiam.methods.deyo import deyo
-from zerosiam.methods.eata import eata, eta
+from zerosiam.methods.eata import eata, eata_text, eta
 from zerosiam.methods.hparams import Rates, resolve_rates
 from zerosiam.methods.noadapt import noadapt
 from zerosiam.methods.recipe import Asymmetry, Recipe
-from zerosiam.methods.sar import sar
+from zerosiam.methods.sar import sar, sar_text
 from zerosiam.methods.tent import tent
+from zerosiam.methods.tlm import tlm
 from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
+from zerosiam.parts.contract import MODALITIES, Modality
 
-METHODS: dict[str, Recipe] = {}
+METHODS: dict[str, dict[Modality, Recipe]] = {}
 COMPOSABLE_SUFFIX = "+zerosiam"
 
 
-def register(recipe: Recipe) -> Recipe:
-    """Make ``recipe`` available by its name to ``adapt`` and the benchmark."""
-    METHODS[recipe.name] = recipe
+def register(recipe: Recipe, modality: Modality = "image") -> Recipe:
+    """Make ``recipe`` available by its name, for ``modality``, to ``adapt`` and the benchmarks."""
+    if modality not in recipe.modalities:
+        raise ValueError(f"recipe {recipe.name!r} has parts that do not work on {modality}")
+    METHODS.setdefault(recipe.name, {})[modality] = recipe
     return recipe
 
 
@@ -33,25 +44,36 @@ for _recipe in (noadapt, tent, zerosiam, sar, eata, eta, deyo, come):
 # The paper's compositions (§ integration with EATA and DeYO), listed so that benchmarks see them.
 for _recipe in (eata, deyo):
     register(with_zerosiam(_recipe))
+# The paper's language-model methods (§4.2).
+for _recipe in (noadapt, tent, zerosiam, sar_text, eata_text, come_text, tlm):
+    register(_recipe, "text")
 
 
-def available_methods() -> list[str]:
-    return list(METHODS)
+def available_methods() -> dict[str, tuple[Modality, ...]]:
+    """Every registered method and the modalities it supports, e.g. ``{"deyo": ("image",), ...}``."""
+    return {name: tuple(m for m in MODALITIES if m in recipes) for name, recipes in METHODS.items()}
 
 
-def get_recipe(method: str | Recipe) -> Recipe:
-    """A recipe by name; ``<name>+zerosiam`` composes ZeroSiam's asymmetry onto any adapting recipe."""
+def get_recipe(method: str | Recipe, modality: Modality = "image") -> Recipe:
+    """A recipe by name for ``modality``; ``<name>+zerosiam`` composes ZeroSiam's asymmetry onto any
+    adapting recipe. A method or recipe that does not support ``modality`` is refused in one line."""
+    if modality not in MODALITIES:
+        raise ValueError(f"unknown modality {modality!r}; choose one of {', '.join(MODALITIES)}")
     if isinstance(method, Recipe):
+        if modality not in method.modalities:
+            raise ValueError(f"recipe {method.name!r} has parts that do not work on {modality}")
         return method
     if method in METHODS:
-        return METHODS[method]
+        recipes = METHODS[method]
+        if modality not in recipes:
+            raise ValueError(f"method {method!r} supports {', '.join(recipes)} only, not {modality}")
+        return recipes[modality]
     if method.endswith(COMPOSABLE_SUFFIX):
-        base = get_recipe(method.removesuffix(COMPOSABLE_SUFFIX))
+        base = get_recipe(method.removesuffix(COMPOSABLE_SUFFIX), modality)
         if base.adapts and base.asymmetry is None:
             return with_zerosiam(base)
-    raise ValueError(
-        f"unknown method {method!r}; available: {', '.join(available_methods())} (or <method>+zerosiam)"
-    )
+    choices = ", ".join(name for name, supported in available_methods().items() if modality in supported)
+    raise ValueError(f"unknown method {method!r} for {modality}; available: {choices} (or <method>+zerosiam)")
 
 
 _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}

@@ -19,7 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from zerosiam.methods.recipe import Batch, Evaluation, Recipe
+from zerosiam.methods.recipe import Recipe
+from zerosiam.parts.contract import Batch, Evaluation
+from zerosiam.parts.learner import GradientLearner
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.predictor import build_predictor, distance_from_identity
@@ -39,7 +41,7 @@ class Settings:
     momentum: float = 0.9  # SGD momentum 0.9 for every image method (methods.md)
 
 
-class Adapter:
+class Adapter(GradientLearner):
     """Online test-time adaptation of ``model`` by ``recipe``. Build it with ``zerosiam.adapt``."""
 
     def __init__(
@@ -83,7 +85,7 @@ class Adapter:
     def _prepare(self, extras: dict[str, Any]) -> None:
         """Let parts that need more than the test stream (EATA's Fisher needs clean data) set themselves
         up on the configured model; each ``prepare`` receives only the keywords it declares."""
-        for part in recipe_parts(self.recipe).values():
+        for part in self.recipe.parts().values():
             prepare = getattr(part, "prepare", None)
             if callable(prepare):
                 accepted = _keywords(prepare)
@@ -99,13 +101,10 @@ class Adapter:
             self._record(prediction, None, updated=False)
             return prediction
         self._batch_stats.check_batch(x.shape[0])
-        self._skipped: str | None = None
-        with torch.enable_grad():
-            evaluations = self.recipe.step(self, functools.partial(self._evaluate, x))
+        evaluations, recovered = self.take_step(
+            self.recipe.step, self.recipe.recover, functools.partial(self._evaluate, x)
+        )
         first = evaluations[0]
-        recovered = bool(self.recipe.recover and self.recipe.recover(evaluations))
-        if recovered:
-            self.restore_source()
         self._record(first.batch.target.detach(), evaluations, recovered=recovered)
         return first.batch.target.detach()
 
@@ -128,40 +127,8 @@ class Adapter:
             if self.predictor is None:
                 self._add_predictor(self._tap.feature_dim)
             online = self._tap.head_of(self.predictor(feature))
-        batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), adapter=self)
+        batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), learner=self)
         return self.recipe.evaluate(batch, restrict)
-
-    def backward(self, loss: Tensor) -> bool:
-        """Gradients of ``loss`` in the trainable parameters; False, recorded as the step's ``skipped``
-        reason and with no gradient left, when the loss or a gradient is not finite."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            self._skipped = "non-finite loss"
-            return False
-        loss.backward()
-        if not self.gradients_finite():
-            self.optimizer.zero_grad(set_to_none=True)
-            self._skipped = "non-finite gradient"
-            return False
-        return True
-
-    def descend(self, loss: Tensor) -> bool:
-        """Backpropagate ``loss`` and take one optimizer step, unless the loss or a gradient is not finite."""
-        if not self.backward(loss):
-            return False
-        self.optimizer.step()
-        return True
-
-    def gradients_finite(self) -> bool:
-        grads = [
-            p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None
-        ]
-        return all(bool(torch.isfinite(g).all()) for g in grads)
-
-    @property
-    def trainable(self) -> list[nn.Parameter]:
-        """Every parameter the optimizer moves (norm affine parameters, then the predictor's)."""
-        return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     # --- predictor ---------------------------------------------------------------------------------
     def _add_predictor(self, dim: int) -> None:
@@ -200,7 +167,7 @@ class Adapter:
         self.steps = 0
 
     def _stateful_parts(self) -> dict[str, Any]:
-        return {key: part for key, part in recipe_parts(self.recipe).items() if hasattr(part, "reset")}
+        return {key: part for key, part in self.recipe.parts().items() if hasattr(part, "reset")}
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states."""
@@ -276,8 +243,8 @@ class Adapter:
             first = evaluations[0]
             row.update(first.terms)
             row["selected"] = first.selected
-            row["updated"] = first.selected > 0 and getattr(self, "_skipped", None) is None
-            row["skipped"] = getattr(self, "_skipped", None)
+            row["updated"] = first.selected > 0 and self.skipped is None
+            row["skipped"] = self.skipped
             row["recovered"] = recovered
         else:
             row["updated"] = bool(updated)
@@ -292,19 +259,10 @@ class Adapter:
         return self.history[-1]
 
 
-def recipe_parts(recipe: Recipe) -> dict[str, Any]:
-    """The recipe's parts that may keep state or need preparing, by a stable key (used in checkpoints)."""
-    candidates = {f"select{i}": rule for i, rule in enumerate(recipe.select)}
-    candidates.update(
-        weight=recipe.weight, regularizer=recipe.regularizer, step=recipe.step, recover=recipe.recover
-    )
-    return {key: part for key, part in candidates.items() if part is not None}
-
-
 def prepare_options(recipe: Recipe) -> set[str]:
     """The extra keywords of ``adapt`` that the recipe's parts accept in ``prepare`` (e.g. ``clean_data``)."""
     options: set[str] = set()
-    for part in recipe_parts(recipe).values():
+    for part in recipe.parts().values():
         prepare = getattr(part, "prepare", None)
         if callable(prepare):
             options |= _keywords(prepare)

@@ -8,8 +8,8 @@ predicted class's probability drops (PLPD). It learns only from samples that are
 moves SAR's parameters (the norms outside the last stage) at Tent's learning rates.
 """
 
-from zerosiam.methods.sar import WithoutLastStage
 from zerosiam.methods.tent import tent
+from zerosiam.parts.norms import WithoutLastStage
 from zerosiam.parts.selection import deyo_weight, entropy_below, plpd_above
 
 deyo = tent.with_(

@@ -8,6 +8,9 @@ in-distribution data the user supplies, holds the parameters that matter for cle
 source values so the model does not forget. ETA is EATA without that penalty (no clean data needed).
 
     adapter = zerosiam.adapt(model, "eata", clean_data=clean_loader)   # or zerosiam.adapt(model, "eta")
+
+On language models the paper runs EATA without the Fisher term and the redundancy filter: the first
+generated tokens with entropy below E0 = 0.4 nats, weighted by exp(E0 − H).
 """
 
 from zerosiam.methods.tent import tent
@@ -22,3 +25,9 @@ eta = tent.with_(
 )
 
 eata = eta.with_(name="eata", regularizer=fisher(weight=2000.0))  # methods.md: EATA β = 2000
+
+eata_text = tent.with_(
+    name="eata",
+    select=[entropy_below(nats=0.4)],  # paper appendix: E0 = 0.4 on language
+    weight=exp_margin(nats=0.4),
+)

@@ -11,78 +11,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from zerosiam.parts.contract import (
+    MODALITIES,
+    Batch,
+    BatchObjective,
+    Evaluation,
+    Modality,
+    Recovery,
+    Regularizer,
+    Rule,
+    Step,
+    Weighting,
+    plain_step,
+)
 from zerosiam.parts.losses import DIVERGENCES, OBJECTIVES, PerSample, resolve
 from zerosiam.parts.norms import NormSelector
-
-if TYPE_CHECKING:
-    from zerosiam.methods.adapter import Adapter
-
-
-@dataclass
-class Batch:
-    """What selection rules, weights and objectives see of one forward.
-
-    ``logits`` is the branch the objective acts on (the online branch under ZeroSiam, otherwise the
-    model's output); ``target`` is the model's own output; ``entropy`` is the detached entropy of
-    ``logits``; ``adapter`` gives rules that need it (DeYO's second view, EATA's Fisher) the model.
-    ``kept`` is what the rules before the current one kept, so a costly rule (DeYO's second forward)
-    can work on those samples only, as its authors' code does; ``cache`` holds per-forward values that
-    a rule and a weight share (DeYO's PLPD) so they are computed once.
-    """
-
-    x: Tensor
-    logits: Tensor
-    target: Tensor
-    entropy: Tensor
-    adapter: Adapter
-    kept: Tensor | None = None
-    cache: dict[str, Tensor] = field(default_factory=dict)
-
-
-class Rule(Protocol):
-    """A sample-selection rule: a boolean mask over the batch. May keep state (``reset``/``observe``)."""
-
-    def __call__(self, batch: Batch) -> Tensor: ...
-
-
-Weighting = Callable[[Batch], Tensor]
-Regularizer = Callable[["Adapter"], Tensor]
-
-
-@dataclass
-class Evaluation:
-    """One loss evaluation: the scalar to minimize, the selected samples and what to report."""
-
-    loss: Tensor
-    mask: Tensor
-    batch: Batch
-    terms: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def selected(self) -> int:
-        return int(self.mask.sum())
-
-
-Closure = Callable[..., Evaluation]
-
-
-class Step(Protocol):
-    """How the optimizer moves given a loss closure; returns every evaluation it made."""
-
-    def __call__(self, adapter: Adapter, closure: Closure) -> list[Evaluation]: ...
-
-
-class Recovery(Protocol):
-    """Decides from a step's evaluations whether the model must be reset to its source state."""
-
-    def __call__(self, evaluations: list[Evaluation]) -> bool: ...
-
 
 @dataclass(frozen=True)
 class Asymmetry:
@@ -104,21 +53,13 @@ class Asymmetry:
         return self.alpha * divergence(online, target.detach() if self.stop_gradient else target)
 
 
-def plain_step(adapter: Adapter, closure: Closure) -> list[Evaluation]:
-    """One gradient step on one evaluation; skipped when no sample is selected."""
-    evaluation = closure()
-    if evaluation.selected:
-        adapter.descend(evaluation.loss)
-    return [evaluation]
-
-
 @dataclass(frozen=True)
 class Recipe:
     """A method's choices. Learning rates are not here: they depend on the model and batch size and are
     resolved when the adapter is built (see ``zerosiam.methods.hparams``)."""
 
     name: str
-    objective: str | PerSample = "entropy"
+    objective: str | PerSample | BatchObjective = "entropy"
     select: Sequence[Rule] = ()
     weight: Weighting | None = None
     regularizer: Regularizer | None = None
@@ -133,9 +74,30 @@ class Recipe:
     def with_(self, **changes) -> Recipe:
         return dataclasses.replace(self, **changes)
 
+    def per_sample_objective(self, batch: Batch) -> Tensor:
+        """The objective of every sample of ``batch`` (a named or callable loss of the logits, or an
+        objective that reads more of the batch)."""
+        if hasattr(self.objective, "per_sample"):
+            return self.objective.per_sample(batch)
+        return resolve(OBJECTIVES, self.objective, "objective")(batch.logits)
+
     @property
-    def objective_fn(self) -> PerSample:
-        return resolve(OBJECTIVES, self.objective, "objective")
+    def positions(self) -> str:
+        """Which positions of a language model are this recipe's samples: the first generated tokens,
+        or the prompt (TLM)."""
+        return getattr(self.objective, "positions", "generated")
+
+    def parts(self) -> dict[str, Any]:
+        """The parts that may keep state or need preparing, by a stable key (used in checkpoints)."""
+        candidates = {f"select{i}": rule for i, rule in enumerate(self.select)}
+        candidates.update(weight=self.weight, regularizer=self.regularizer, step=self.step, recover=self.recover)
+        return {key: part for key, part in candidates.items() if part is not None}
+
+    @property
+    def modalities(self) -> tuple[Modality, ...]:
+        """The modalities every part of the recipe works on (a part may declare ``modalities``)."""
+        parts = [self.objective, *self.parts().values()]
+        return tuple(m for m in MODALITIES if all(m in getattr(p, "modalities", MODALITIES) for p in parts))
 
     def evaluate(self, batch: Batch, restrict: Tensor | None = None) -> Evaluation:
         """The recipe's loss on one forward: selected, weighted objective (+ alignment, + regularizer)."""
@@ -146,7 +108,7 @@ class Recipe:
             batch.kept = mask.clone()
             mask &= rule(batch)
         batch.kept = mask
-        per_sample = self.objective_fn(batch.logits)
+        per_sample = self.per_sample_objective(batch)
         terms = {"objective": _masked_mean(per_sample.detach(), mask)}
         if self.weight is not None:
             per_sample = per_sample * self.weight(batch).detach()
@@ -156,7 +118,7 @@ class Recipe:
             per_sample = per_sample + alignment
         loss = per_sample[mask].mean() if mask.any() else per_sample.sum() * 0.0
         if self.regularizer is not None:
-            regularization = self.regularizer(batch.adapter)
+            regularization = self.regularizer(batch.learner)
             terms["regularizer"] = float(regularization.detach())
             loss = loss + regularization
         for rule in self.select:

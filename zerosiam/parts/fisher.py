@@ -10,14 +10,13 @@ stay near their source values θ0 while unimportant ones move freely.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-if TYPE_CHECKING:  # parts sit below methods: the type only, no import at run time
-    from zerosiam.methods.adapter import Adapter
+from zerosiam.parts.contract import Learner
 
 
 class MissingCleanDataError(ValueError):
@@ -74,22 +73,22 @@ class FisherPenalty:
         self.fisher: dict[str, Tensor] = {}
         self.anchor: dict[str, Tensor] = {}
 
-    def prepare(self, adapter: Adapter, *, clean_data: Iterable[Any] | None = None) -> None:
+    def prepare(self, learner: Learner, *, clean_data: Iterable[Any] | None = None) -> None:
         if clean_data is None:
             raise MissingCleanDataError(
                 "EATA needs clean in-distribution samples to estimate its Fisher regularizer: pass them as "
                 "zerosiam.adapt(model, 'eata', clean_data=<iterable of image batches>) (the paper uses 2,000 "
                 "images), or use 'eta', which is EATA without the regularizer."
             )
-        self.fisher = estimate_fisher(adapter.model, adapter.params, clean_data)
-        self.anchor = {name: p.detach().clone() for name, p in adapter.params.items()}
+        self.fisher = estimate_fisher(learner.model, learner.params, clean_data)
+        self.anchor = {name: p.detach().clone() for name, p in learner.params.items()}
 
-    def __call__(self, adapter: Adapter) -> Tensor:
+    def __call__(self, learner: Learner) -> Tensor:
         if not self.fisher:
             raise MissingCleanDataError(
                 "the Fisher regularizer was not prepared; build the adapter with clean_data="
             )
-        terms = [(self.fisher[n] * (p - self.anchor[n]).pow(2)).sum() for n, p in adapter.params.items()]
+        terms = [(self.fisher[n] * (p - self.anchor[n]).pow(2)).sum() for n, p in learner.params.items()]
         return self.weight * torch.stack(terms).sum()
 
 

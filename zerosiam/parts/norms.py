@@ -7,11 +7,14 @@ subclasses such as timm's LayerNorm2d) and, for libraries that define their own,
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 _NORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.modules.batchnorm._NormBase,
@@ -57,6 +60,58 @@ class NormSelector:
                 if param_name in ("weight", "bias"):
                     found.append((f"{module_name}.{param_name}" if module_name else param_name, param))
         return found
+
+
+_FINAL_NORMS = ("norm", "fc_norm", "bn2", "head.norm")  # timm ViT/Swin, ViT avg-pool, EfficientNet, ConvNeXt
+
+
+def last_stage(model: nn.Module) -> nn.Module | None:
+    """The last stage of a backbone, where SAR freezes the norms; None when no stage can be told apart.
+
+    ResNet-50 ``layer4`` and ViT blocks 9–11 are SAR's own choice. For the others, the same idea:
+    timm's ``stages[-1]`` (ConvNeXt and most timm CNNs), Swin's ``layers[-1]``, the CIFAR ResNets'
+    ``layer3`` (they have three stages), EfficientNet's ``blocks[-1]``, and for any transformer with a
+    ``blocks`` list its last quarter (blocks 9–11 of 12).
+    """
+    model = getattr(model, "wrapped_model", model)
+    for name in ("stages", "layers"):
+        stages = getattr(model, name, None)
+        if isinstance(stages, (nn.Sequential, nn.ModuleList)) and len(stages):
+            return stages[-1]
+    for name in ("layer4", "layer3"):
+        if isinstance(getattr(model, name, None), nn.Module):
+            return getattr(model, name)
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, (nn.Sequential, nn.ModuleList)) and len(blocks):
+        if hasattr(model, "patch_embed"):
+            return nn.ModuleList(blocks[len(blocks) - max(1, len(blocks) // 4) :])
+        return blocks[-1]
+    return None
+
+
+def final_norms(model: nn.Module) -> list[nn.Module]:
+    """The norms after the last stage (before the classifier), e.g. a ViT's ``norm``."""
+    model = getattr(model, "wrapped_model", model)
+    found = []
+    for name in _FINAL_NORMS:
+        try:
+            found.append(model.get_submodule(name))
+        except AttributeError:
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class WithoutLastStage(NormSelector):
+    """Norm parameters except those in the last stage and the final norm (SAR's, and DeYO's, subset)."""
+
+    def modules(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
+        stage = last_stage(model)
+        if stage is None:
+            log.warning("no last stage found in %s; only the final norm is frozen", type(model).__name__)
+        frozen = {id(m) for m in (stage.modules() if stage is not None else ())}
+        frozen |= {id(m) for m in final_norms(model)}
+        return [(name, module) for name, module in super().modules(model) if id(module) not in frozen]
 
 
 class BatchStatistics:

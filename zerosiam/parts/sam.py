@@ -12,14 +12,11 @@ closure's ``restrict`` argument; the recipe's rules then filter them again at θ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:  # parts sit below methods: the types only, no import at run time
-    from zerosiam.methods.adapter import Adapter
-    from zerosiam.methods.recipe import Closure, Evaluation
+from zerosiam.parts.contract import Closure, Evaluation, Learner
 
 
 def ascend(params: list[nn.Parameter], rho: float) -> list[Tensor]:
@@ -60,24 +57,24 @@ class SAM:
 
     rho: float = 0.05  # methods.md: SAR code, ρ = 0.05
 
-    def __call__(self, adapter: Adapter, closure: Closure) -> list[Evaluation]:
+    def __call__(self, learner: Learner, closure: Closure) -> list[Evaluation]:
         first = closure()
         if not first.selected:
             return [first]
-        if not adapter.backward(first.loss):
+        if not learner.backward(first.loss):
             return [first]
-        params = adapter.trainable
+        params = learner.trainable
         moves = ascend(params, self.rho)
         try:
             second = closure(restrict=first.mask)
-            ready = second.selected > 0 and adapter.backward(second.loss)
+            ready = second.selected > 0 and learner.backward(second.loss)
         finally:
             descend_back(params, moves)
         if ready:
-            adapter.optimizer.step()
-        elif adapter._skipped is None:
-            adapter._skipped = "no sample selected at the perturbed weights"
-        adapter.optimizer.zero_grad(set_to_none=True)
+            learner.optimizer.step()
+        else:
+            learner.skip("no sample selected at the perturbed weights")
+        learner.optimizer.zero_grad(set_to_none=True)
         return [first, second]
 
 

@@ -7,7 +7,8 @@ the image's patches (the model was not looking at the object's shape). EATA and 
 samples by how confident, and DeYO by how shape-dependent, they are.
 
 Rules return a boolean mask over the batch; weights return one detached factor per sample. Entropy
-thresholds are given as a fraction of ln C, the entropy of the uniform prediction, as the papers do.
+thresholds are given as a fraction of ln C, the entropy of the uniform prediction, as the image papers
+do, or in nats (``nats=``), as the paper's language-model runs do (E0 = 0.4 nats over a vocabulary).
 """
 
 from __future__ import annotations
@@ -22,13 +23,25 @@ from torch import Tensor
 
 from zerosiam.parts.losses import OBJECTIVES, PerSample, resolve
 
-if TYPE_CHECKING:  # parts sit below methods: the type only, no import at run time
-    from zerosiam.methods.recipe import Batch
+if TYPE_CHECKING:
+    from zerosiam.parts.contract import Batch
 
 
-def margin(fraction: float, num_classes: int) -> float:
-    """An entropy threshold ``fraction · ln C`` in nats."""
-    return fraction * math.log(num_classes)
+@dataclass(frozen=True)
+class Margin:
+    """An entropy threshold E0: ``value · ln C`` nats, or ``value`` nats as given when ``in_nats``."""
+
+    value: float
+    in_nats: bool = False
+
+    def nats(self, num_classes: int) -> float:
+        return self.value if self.in_nats else self.value * math.log(num_classes)
+
+
+def _margin(fraction: float | None, nats: float | None) -> Margin:
+    if (fraction is None) == (nats is None):
+        raise ValueError(f"give an entropy threshold either as a fraction of ln C or in nats: {fraction}, {nats}")
+    return Margin(nats, in_nats=True) if nats is not None else Margin(fraction)
 
 
 def uncertainty(batch: Batch, measure: str | PerSample = "entropy") -> Tensor:
@@ -47,17 +60,19 @@ def uncertainty(batch: Batch, measure: str | PerSample = "entropy") -> Tensor:
 
 @dataclass(frozen=True)
 class EntropyBelow:
-    """Keep the reliable samples, ``H_i < fraction · ln C`` (SAR, EATA: 0.4; DeYO: 0.5)."""
+    """Keep the reliable samples, ``H_i < E0`` (SAR, EATA: 0.4·ln C; DeYO: 0.5·ln C; language: 0.4 nats)."""
 
-    fraction: float
+    margin: Margin
     measure: str | PerSample = "entropy"
 
     def __call__(self, batch: Batch) -> Tensor:
-        return uncertainty(batch, self.measure) < margin(self.fraction, batch.logits.shape[-1])
+        return uncertainty(batch, self.measure) < self.margin.nats(batch.logits.shape[-1])
 
 
-def entropy_below(fraction: float, measure: str | PerSample = "entropy") -> EntropyBelow:
-    return EntropyBelow(fraction, measure)
+def entropy_below(
+    fraction: float | None = None, measure: str | PerSample = "entropy", *, nats: float | None = None
+) -> EntropyBelow:
+    return EntropyBelow(_margin(fraction, nats), measure)
 
 
 class NotRedundant:
@@ -137,6 +152,7 @@ def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tens
     Both probabilities come from the model's own output (the target branch under ZeroSiam), so the
     two views are compared like with like. Computed once per forward and shared through ``batch.cache``.
     """
+    batch.require("image", "DeYO's PLPD (a patch-shuffled second view)")
     if "plpd" in batch.cache:
         return batch.cache["plpd"]
     kept = batch.kept if batch.kept is not None else torch.ones_like(batch.entropy, dtype=torch.bool)
@@ -146,7 +162,7 @@ def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tens
         label = probabilities.argmax(-1, keepdim=True)
         chosen = permutation[kept] if permutation is not None else None
         with torch.no_grad():
-            shuffled = batch.adapter.model(shuffle_patches(batch.x[kept], grid, chosen)).softmax(-1)
+            shuffled = batch.learner.model(shuffle_patches(batch.x[kept], grid, chosen)).softmax(-1)
         difference[kept] = (probabilities.gather(-1, label) - shuffled.gather(-1, label)).squeeze(-1)
     batch.cache["plpd"] = difference
     return difference
@@ -158,6 +174,7 @@ class PLPDAbove:
 
     threshold: float
     grid: int = 4  # methods.md: DeYO's 4×4 patch grid
+    modalities = ("image",)
 
     def __call__(self, batch: Batch) -> Tensor:
         return plpd(batch, self.grid) > self.threshold
@@ -174,15 +191,19 @@ def plpd_above(threshold: float = 0.2) -> PLPDAbove:  # methods.md: DeYO τ = 0.
 class ExpMargin:
     """EATA's weight ``exp(E0 − H_i)``: the more confident a kept sample, the more it counts."""
 
-    fraction: float = 0.4  # methods.md: EATA E0 = 0.4·ln C
+    margin: Margin = Margin(0.4)  # methods.md: EATA E0 = 0.4·ln C
     measure: str | PerSample = "entropy"
 
     def __call__(self, batch: Batch) -> Tensor:
-        return torch.exp(margin(self.fraction, batch.logits.shape[-1]) - uncertainty(batch, self.measure))
+        return torch.exp(self.margin.nats(batch.logits.shape[-1]) - uncertainty(batch, self.measure))
 
 
-def exp_margin(fraction: float = 0.4, measure: str | PerSample = "entropy") -> ExpMargin:
-    return ExpMargin(fraction, measure)
+def exp_margin(
+    fraction: float | None = None, measure: str | PerSample = "entropy", *, nats: float | None = None
+) -> ExpMargin:
+    if fraction is None and nats is None:
+        fraction = 0.4  # methods.md: EATA E0 = 0.4·ln C
+    return ExpMargin(_margin(fraction, nats), measure)
 
 
 @dataclass(frozen=True)
@@ -193,15 +214,14 @@ class DeYOWeight:
     never used, but it must stay finite so that no NaN reaches the gradient through the product.
     """
 
-    fraction: float = 0.4  # methods.md: DeYO E0 = 0.4·ln C for the weight (0.5·ln C for the filter)
+    margin: Margin = Margin(0.4)  # methods.md: DeYO E0 = 0.4·ln C for the weight (0.5·ln C for the filter)
     measure: str | PerSample = "entropy"
+    modalities = ("image",)
 
     def __call__(self, batch: Batch) -> Tensor:
-        confidence = torch.exp(
-            margin(self.fraction, batch.logits.shape[-1]) - uncertainty(batch, self.measure)
-        )
+        confidence = torch.exp(self.margin.nats(batch.logits.shape[-1]) - uncertainty(batch, self.measure))
         return confidence + torch.exp(plpd(batch)).nan_to_num(0.0)
 
 
 def deyo_weight(fraction: float = 0.4, measure: str | PerSample = "entropy") -> DeYOWeight:
-    return DeYOWeight(fraction, measure)
+    return DeYOWeight(Margin(fraction), measure)

@@ -2,13 +2,15 @@
 
 What must hold for the language-model adapter: the predictor starts as the identity so the online and
 target logits coincide; an update changes only LoRA and predictor weights; answers come from the
-target branch (never through h); each baseline's loss is what its definition says, checked against a
-computation written out by hand.
+target branch (never through h); each method's text recipe gives the loss its definition says, checked
+against a computation written out by hand; SAM, SAR's recovery and EATA's weight are the very parts the
+image path uses.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -20,17 +22,15 @@ pytest.importorskip("peft")
 from zerosiam.llm.adapter import LMAdapter, LMConfig  # noqa: E402
 from zerosiam.llm.loop import run_online, summarise  # noqa: E402
 from zerosiam.llm.math_data import MathProblem  # noqa: E402
-from zerosiam.llm.objectives import (  # noqa: E402
-    View,
-    come_loss,
-    eata_loss,
-    get_method,
-    sar_loss,
-    tent_loss,
-    tlm_loss,
-    zerosiam_loss,
-)
-from zerosiam.llm.table import markdown_table  # noqa: E402
+from zerosiam.methods import get_recipe  # noqa: E402
+from zerosiam.methods.adapter import Adapter  # noqa: E402
+from zerosiam.methods.tlm import tlm_with  # noqa: E402
+from zerosiam.parts.contract import Batch, ModalityError  # noqa: E402
+from zerosiam.parts.learner import GradientLearner  # noqa: E402
+from zerosiam.parts.losses import entropy  # noqa: E402
+from zerosiam.parts.recovery import EmaBelow, ema_below  # noqa: E402
+from zerosiam.parts.sam import SAM  # noqa: E402
+from zerosiam.parts.selection import EntropyBelow, ExpMargin, entropy_below  # noqa: E402
 
 VOCAB = 97
 
@@ -61,7 +61,14 @@ def prompt(length: int = 12, seed: int = 1) -> torch.Tensor:
     return torch.randint(3, VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
-def adapter_for(base, method: str, **config) -> LMAdapter:
+def loose(method: str, e0: float = 100.0):
+    """The method's text recipe with an entropy threshold that keeps every token of a random model."""
+    recipe = get_recipe(method, "text")
+    weight = None if recipe.weight is None else ExpMargin(entropy_below(nats=e0).margin)
+    return recipe.with_(select=[entropy_below(nats=e0)], weight=weight)
+
+
+def adapter_for(base, method, **config) -> LMAdapter:
     torch.manual_seed(0)
     config.setdefault("max_new_tokens", 10)
     return LMAdapter(copy.deepcopy(base), method, LMConfig(**config))
@@ -112,14 +119,15 @@ def test_answers_come_from_the_target_branch(base):
 def test_adaptation_uses_the_first_k_generated_positions(base):
     adapter = adapter_for(base, "tent", k=3)
     ids, generated = prompt(), torch.tensor([5, 6, 7, 8, 9])
-    view = adapter._view(ids, generated)
+    evaluation = adapter._evaluate(ids, generated)
     full = torch.cat([ids, generated.view(1, -1)], dim=1)
     with torch.no_grad():
         logits = base(full).logits[0]
-    # position L-1 predicts generated[0]; L+1 predicts generated[2]
+    # position L-1 predicts generated[0]; L+1 predicts generated[2]: three samples of the recipe
     torch.testing.assert_close(
-        view.target.detach(), logits[ids.shape[1] - 1 : ids.shape[1] + 2], atol=1e-5, rtol=0
+        evaluation.batch.target.detach(), logits[ids.shape[1] - 1 : ids.shape[1] + 2], atol=1e-5, rtol=0
     )
+    assert evaluation.batch.modality == "text" and evaluation.selected == 3
 
 
 def test_noadapt_never_changes_anything(base):
@@ -137,18 +145,39 @@ def test_sar_filters_unreliable_tokens_and_steps_when_some_are_reliable(base):
     before = [p.detach().clone() for p in strict.trainable]
     assert not strict.adapt(ids, strict.answer(ids)).updated
     assert all(torch.equal(a, b) for a, b in zip(before, strict.trainable, strict=True))
-    loose = adapter_for(base, "sar", lr=1e-2, e0=100.0)
-    record = loose.adapt(ids, loose.answer(ids))
+    relaxed = adapter_for(base, loose("sar"), lr=1e-2)
+    record = relaxed.adapt(ids, relaxed.answer(ids))
     assert record.updated and record.stats["selected"] == 8
-    assert any(not torch.equal(a, b) for a, b in zip(before, loose.trainable, strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(before, relaxed.trainable, strict=True))
 
 
 def test_sar_recovery_resets_to_the_source(base):
-    adapter = adapter_for(base, "sar", lr=1e-2, e0=100.0, sar_reset_below=100.0)
+    adapter = adapter_for(base, loose("sar").with_(recover=ema_below(100.0)), lr=1e-2)
     ids = prompt()
     adapter.adapt(ids, adapter.answer(ids))
     assert adapter.resets == 1
     assert all(torch.equal(p, q) for p, q in zip(adapter.trainable, adapter._initial, strict=True))
+
+
+def test_language_and_vision_share_sam_recovery_and_eata_weight():
+    """Not look-alikes: the language recipes hold instances of the very classes vision's hold."""
+    sar_image, sar_text = get_recipe("sar", "image"), get_recipe("sar", "text")
+    assert type(sar_text.step) is type(sar_image.step) is SAM
+    assert type(sar_text.select[0]) is type(sar_image.select[0]) is EntropyBelow
+    assert type(sar_image.recover) is type(ema_below(0.2)) is EmaBelow  # the text recovery is ema_below too
+    assert type(get_recipe("eata", "text").weight) is type(get_recipe("eata", "image").weight) is ExpMargin
+    # and both adapters take their steps through one GradientLearner (backward, finiteness, skip)
+    assert issubclass(LMAdapter, GradientLearner) and issubclass(Adapter, GradientLearner)
+
+
+def test_image_only_parts_refuse_text(base):
+    with pytest.raises(ValueError, match="supports image only, not text"):
+        get_recipe("deyo", "text")
+    with pytest.raises(ValueError, match="do not work on text"):
+        get_recipe(get_recipe("deyo").with_(name="deyo_on_text"), "text")
+    deyo_rule = get_recipe("deyo").select[1]
+    with pytest.raises(ModalityError, match="image batches only; this batch is text"):
+        deyo_rule(text_batch(LOGITS))
 
 
 def test_every_method_runs_through_the_loop(base):
@@ -168,9 +197,11 @@ def test_every_method_runs_through_the_loop(base):
             return {}
 
     problems = [MathProblem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(2)]
-    for name in ("noadapt", "tent", "zerosiam", "sar", "eata", "come", "tlm"):
-        # thresholds above ln 97 so that every filter keeps this random model's tokens
-        adapter = adapter_for(base, name, e0=5.0, tlm_log_p0=0.0, max_new_tokens=3, k=2)
+    recipes = {name: get_recipe(name, "text") for name in ("noadapt", "tent", "zerosiam", "come")}
+    # thresholds above ln 97 so that every filter keeps this random model's tokens
+    recipes.update(sar=loose("sar", 5.0), eata=loose("eata", 5.0), tlm=tlm_with(log_p0=0.0))
+    for name, recipe in recipes.items():
+        adapter = adapter_for(base, recipe, max_new_tokens=3, k=2)
         questions = problems if name == "zerosiam" else problems[:1]
         metrics, curves = summarise(run_online(adapter, CharTokenizer(), questions))
         assert metrics["questions"] == len(questions) and 0.0 <= metrics["accuracy"] <= 1.0
@@ -194,9 +225,23 @@ def hand_softmax(row: list[float]) -> list[float]:
     return [math.exp(u) / total for u in row]
 
 
+def text_batch(logits: torch.Tensor, target: torch.Tensor | None = None, tokens=None) -> Batch:
+    """A text batch as the language adapter builds it (no learner: these recipes need none)."""
+    target = logits if target is None else target
+    per_sample = entropy(logits).detach()
+    per_sample = per_sample.flatten(1).mean(1) if logits.ndim > 2 else per_sample
+    return Batch(x=LOGITS, logits=logits, target=target, entropy=per_sample, learner=None, modality="text",
+                 tokens=tokens)  # fmt: skip
+
+
+def text_loss(method, logits, **batch) -> torch.Tensor:
+    recipe = get_recipe(method, "text") if isinstance(method, str) else method
+    return recipe.evaluate(text_batch(logits, **batch)).loss
+
+
 def test_tent_is_the_mean_entropy():
     expected = sum(hand_entropy(r) for r in LOGITS.tolist()) / 3
-    assert tent_loss(View(target=LOGITS)).loss.item() == pytest.approx(expected, rel=1e-5)
+    assert text_loss("tent", LOGITS).item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_zerosiam_is_online_entropy_plus_symmetric_kl_to_a_stopped_target():
@@ -207,31 +252,31 @@ def test_zerosiam_is_online_entropy_plus_symmetric_kl_to_a_stopped_target():
         po, pr = hand_softmax(o), hand_softmax(r)
         skl = sum((a - b) * (math.log(a) - math.log(b)) for a, b in zip(po, pr, strict=True))
         expected += hand_entropy(o) + 2.0 * skl
-    evaluation = zerosiam_loss(View(target=target, online=online), alpha=2.0)
-    assert evaluation.loss.item() == pytest.approx(expected / 3, rel=1e-5)
-    evaluation.loss.backward()
+    recipe = get_recipe("zerosiam", "text")
+    recipe = recipe.with_(asymmetry=dataclasses.replace(recipe.asymmetry, alpha=2.0))
+    loss = text_loss(recipe, online, target=target)
+    assert loss.item() == pytest.approx(expected / 3, rel=1e-5)
+    loss.backward()
     assert target.grad is None and online.grad.abs().sum() > 0  # stop-gradient on the target
 
 
-def test_sar_keeps_only_tokens_below_e0():
+def test_sar_keeps_only_tokens_below_e0_nats():
     entropies = [hand_entropy(r) for r in LOGITS.tolist()]
     kept = [h for h in entropies if h < 0.4]
     assert len(kept) == 2  # rows 0 and 2 are confident, row 1 is not
-    evaluation = sar_loss(View(target=LOGITS), e0=0.4)
+    recipe = get_recipe("sar", "text")  # E0 = 0.4 nats, not 0.4·ln C
+    evaluation = recipe.evaluate(text_batch(LOGITS))
     assert evaluation.loss.item() == pytest.approx(sum(kept) / 2, rel=1e-5)
     assert evaluation.mask.tolist() == [True, False, True]
-    assert sar_loss(View(target=LOGITS, restrict=torch.tensor([False, True, True]))).mask.tolist() == [
-        False,
-        False,
-        True,
-    ]
-    assert sar_loss(View(target=torch.zeros(2, 4))).loss is None  # uniform: nothing reliable
+    restricted = recipe.evaluate(text_batch(LOGITS), restrict=torch.tensor([False, True, True]))
+    assert restricted.mask.tolist() == [False, False, True]
+    assert recipe.evaluate(text_batch(torch.zeros(2, 4))).selected == 0  # uniform: nothing reliable
 
 
 def test_eata_weights_kept_tokens_by_exp_e0_minus_h():
     entropies = [hand_entropy(r) for r in LOGITS.tolist()]
     terms = [math.exp(0.4 - h) * h for h in entropies if h < 0.4]
-    assert eata_loss(View(target=LOGITS), e0=0.4).loss.item() == pytest.approx(sum(terms) / 2, rel=1e-5)
+    assert text_loss("eata", LOGITS).item() == pytest.approx(sum(terms) / 2, rel=1e-5)
 
 
 def test_come_uses_the_vocabulary_as_uncertainty_mass():
@@ -240,7 +285,7 @@ def test_come_uses_the_vocabulary_as_uncertainty_mass():
         strength = sum(math.exp(u) for u in row) + len(row)  # K = vocabulary size = 4
         opinion = [math.exp(u) / strength for u in row] + [len(row) / strength]
         expected += -sum(q * math.log(q + 1e-7) for q in opinion)
-    assert come_loss(View(target=LOGITS)).loss.item() == pytest.approx(expected / 3, rel=1e-5)
+    assert text_loss("come", LOGITS).item() == pytest.approx(expected / 3, rel=1e-5)
 
 
 def test_tlm_minimises_prompt_perplexity_above_the_threshold():
@@ -250,61 +295,22 @@ def test_tlm_minimises_prompt_perplexity_above_the_threshold():
     for position in range(3):  # logits at t predict token t + 1
         nll += -math.log(hand_softmax(logits[position].tolist())[ids[position + 1]])
     nll /= 3
-    below = tlm_loss(View(prompt_logits=logits, prompt_ids=ids), log_p0=nll + 0.1, lam=0.1)
-    assert below.loss is None  # a familiar prompt is not learned from
-    above = tlm_loss(View(prompt_logits=logits, prompt_ids=ids), log_p0=1.0, lam=0.1)
-    assert above.loss.item() == pytest.approx(0.1 * math.exp(nll - 1.0) * nll, rel=1e-5)
+    prompt_logits, next_tokens = logits[None, :-1], ids[None, 1:]  # one sample: the prompt
+    below = tlm_with(log_p0=nll + 0.1).evaluate(text_batch(prompt_logits, tokens=next_tokens))
+    assert below.selected == 0  # a familiar prompt is not learned from
+    above = text_loss(tlm_with(log_p0=1.0, lam=0.1), prompt_logits, tokens=next_tokens)
+    assert above.item() == pytest.approx(0.1 * math.exp(nll - 1.0) * nll, rel=1e-5)
     with pytest.raises(ValueError, match="two tokens"):
-        tlm_loss(View(prompt_logits=logits[:1], prompt_ids=ids[:1]))
+        text_loss("tlm", logits[None, :0], tokens=ids[None, :0])
 
 
 def test_bad_input_is_a_clear_error(base):
-    with pytest.raises(ValueError, match="unknown language-model method"):
-        get_method("tentt")
+    with pytest.raises(ValueError, match="unknown method 'tentt' for text"):
+        get_recipe("tentt", "text")
     with pytest.raises(ValueError, match="k must be positive"):
         LMConfig(k=0)
     with pytest.raises(ValueError, match="not in the model"):
         LMAdapter(copy.deepcopy(base), "tent", LMConfig(lora_targets=("query",)))
-    with pytest.raises(ValueError, match="needs online logits"):
-        zerosiam_loss(View(target=LOGITS))
     adapter = adapter_for(base, "tent")
     with pytest.raises(ValueError, match="one prompt"):
         adapter.answer(torch.zeros(2, 3, dtype=torch.long))
-
-
-def test_markdown_table_orders_methods_and_averages():
-    rows = [
-        {"spec": {"method": m, "dataset": d}, "metrics": {"accuracy": a}}
-        for m, d, a in [
-            ("zerosiam", "gsm8k", 0.2),
-            ("noadapt", "gsm8k", 0.1),
-            ("noadapt", "math500", 0.0),
-            ("zerosiam", "math500", 0.1),
-            ("zerosiam", "math500", 0.3),
-        ]
-    ]
-    table = markdown_table(rows, datasets=["math500", "gsm8k"]).splitlines()
-    assert table[0] == "| Method | Math-500 | GSM8K | Average |"
-    assert table[2] == "| NoAdapt | 0.0 | 10.0 | 5.0 |"
-    assert table[3] == "| ZeroSiam | 20.0 (n=2) | 20.0 | 20.0 |"
-    assert markdown_table([]) == "(no results)"
-
-
-def test_cli_parses_and_rejects_unknown_names_before_loading_a_model(tmp_path):
-    from zerosiam.cli import build_parser
-
-    args = build_parser().parse_args(
-        ["llm", "--dataset", "math500,gsm8k", "--methods", "noadapt,zerosiam", "--limit", "3", "--db", "x.db"]
-    )
-    assert (
-        args.datasets == ["math500", "gsm8k"] and args.methods == ["noadapt", "zerosiam"] and args.limit == 3
-    )
-    for flag, value, message in [
-        ("--dataset", "math5000", "unknown math dataset"),
-        ("--methods", "tnet", "method"),
-    ]:
-        bad = build_parser().parse_args(["llm", flag, value, "--db", str(tmp_path / "r.db")])
-        with pytest.raises(ValueError, match=message):
-            bad.func(bad)
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["llm", "--limit", "0"])

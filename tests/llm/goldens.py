@@ -2,10 +2,12 @@
 
 Written before the language path moved onto the shared recipes, so that the move can be shown to
 change nothing: ``tests/llm/test_goldens.py`` recomputes these numbers and compares them with
-``tests/llm/goldens_tiny_llama.json``. The model is the tests' tiny random Llama (hidden 32, vocab 97);
-rates are large enough that every update changes what the model generates next.
+``tests/llm/goldens_tiny_llama.json``. The model is the tests' tiny random Llama (hidden 32, vocab 97),
+with a wide initialisation so that its predictions are peaked; rates are large enough that every update
+changes what the model generates next. The JSON was written by this script at commit ee6972c, before
+the move (where each case's thresholds were ``LMConfig`` fields); regenerate it only on purpose:
 
-    python benchmarks/llm_goldens.py --out tests/llm/goldens_tiny_llama.json
+    python -m tests.llm.goldens --out tests/llm/goldens_tiny_llama.json
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+GOLDENS = Path(__file__).with_name("goldens_tiny_llama.json")
 VOCAB = 97
 QUESTIONS = 5
 # (label, method, config): thresholds inside the range of this model's entropies (about 1.8–3.8 nats)
@@ -59,10 +62,27 @@ def prompts() -> list[torch.Tensor]:
     return [torch.randint(3, VOCAB, (1, 10 + i), generator=generator) for i in range(QUESTIONS)]
 
 
+def recipe_for(method: str, e0: float | None = None, sar_reset_below: float | None = None, tlm_log_p0=None):
+    """The method's language recipe with a case's thresholds (E0 in nats, SAR's recovery floor, ln P0)."""
+    from zerosiam.methods import get_recipe
+    from zerosiam.methods.tlm import tlm_with
+    from zerosiam.parts.recovery import ema_below
+    from zerosiam.parts.selection import entropy_below, exp_margin
+
+    recipe = get_recipe(method, "text")
+    if e0 is not None:
+        weight = exp_margin(nats=e0) if recipe.weight is not None else None
+        recipe = recipe.with_(select=[entropy_below(nats=e0)], weight=weight)
+    if sar_reset_below is not None:
+        recipe = recipe.with_(recover=ema_below(sar_reset_below))
+    return tlm_with(log_p0=tlm_log_p0) if tlm_log_p0 is not None else recipe
+
+
 def make_adapter(model: torch.nn.Module, method: str, config: dict):
     from zerosiam.llm.adapter import LMAdapter, LMConfig
 
-    return LMAdapter(model, method, LMConfig(**config))
+    thresholds = {key: config.pop(key) for key in ("e0", "sar_reset_below", "tlm_log_p0") if key in config}
+    return LMAdapter(model, recipe_for(method, **thresholds), LMConfig(**config))
 
 
 def run_case(base: torch.nn.Module, method: str, config: dict) -> dict:

@@ -1,0 +1,133 @@
+"""The plug-in contract: what a part sees and what it may ask of the learner it serves.
+
+Parts (selection rules, weights, regularizers, optimizer steps, recovery rules) are shared by every
+learner: the image ``Adapter`` and the language-model adapter run the very same recipe objects. So a part
+never knows which adapter it serves. It sees a ``Batch`` (one forward's logits and what rules need
+besides) and, where it must move weights (SAM) or read them (EATA's Fisher), a ``Learner``: the few
+members a step uses, nothing more. Both adapters implement ``Learner``; parts depend on this module only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor, nn
+
+Modality = Literal["image", "text"]
+MODALITIES: tuple[Modality, ...] = ("image", "text")
+
+
+class ModalityError(ValueError):
+    """A part was asked to work on data it has no meaning for (DeYO's patch shuffle on text)."""
+
+
+class Learner(Protocol):
+    """What a step, a regularizer or a rule may use of the adapter it serves.
+
+    ``params`` are the adapted weights by name (norm affine parameters of an image model, LoRA weights of
+    a language model); ``trainable`` is everything the optimizer moves (``params`` and ZeroSiam's
+    predictor). ``backward`` leaves finite gradients or none; ``skip`` records why a step did not move.
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    params: dict[str, nn.Parameter]
+
+    @property
+    def trainable(self) -> list[nn.Parameter]: ...
+
+    def backward(self, loss: Tensor) -> bool: ...
+
+    def descend(self, loss: Tensor) -> bool: ...
+
+    def skip(self, reason: str) -> None: ...
+
+    @property
+    def skipped(self) -> str | None: ...
+
+
+@dataclass
+class Batch:
+    """What selection rules, weights and objectives see of one forward.
+
+    ``logits`` is the branch the objective acts on (the online branch under ZeroSiam, otherwise the
+    model's output), one row per sample: an image, or one generated position of a language model;
+    ``target`` is the model's own output; ``entropy`` is the detached entropy of ``logits``. ``x`` is the
+    input the model saw and ``tokens`` the token each row predicts, where there is one (TLM's prompt).
+    ``learner`` gives rules that need it (DeYO's second view, EATA's Fisher) the model.
+    ``kept`` is what the rules before the current one kept, so a costly rule (DeYO's second forward)
+    can work on those samples only, as its authors' code does; ``cache`` holds per-forward values that
+    a rule and a weight share (DeYO's PLPD) so they are computed once.
+    """
+
+    x: Tensor
+    logits: Tensor
+    target: Tensor
+    entropy: Tensor
+    learner: Learner
+    modality: Modality = "image"
+    tokens: Tensor | None = None
+    kept: Tensor | None = None
+    cache: dict[str, Tensor] = field(default_factory=dict)
+
+    def require(self, modality: Modality, part: str) -> None:
+        """Refuse, in one line, a part that has no meaning for this batch's modality."""
+        if self.modality != modality:
+            raise ModalityError(f"{part} works on {modality} batches only; this batch is {self.modality}")
+
+
+@dataclass
+class Evaluation:
+    """One loss evaluation: the scalar to minimize, the selected samples and what to report."""
+
+    loss: Tensor
+    mask: Tensor
+    batch: Batch
+    terms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def selected(self) -> int:
+        return int(self.mask.sum())
+
+
+class Rule(Protocol):
+    """A sample-selection rule: a boolean mask over the batch. May keep state (``reset``/``observe``)."""
+
+    def __call__(self, batch: Batch) -> Tensor: ...
+
+
+class BatchObjective(Protocol):
+    """A per-sample objective that needs more of the batch than its logits (TLM's prompt perplexity
+    needs the prompt's tokens). ``positions`` says which rows a language model feeds it."""
+
+    positions: Literal["generated", "prompt"]
+
+    def per_sample(self, batch: Batch) -> Tensor: ...
+
+
+Weighting = Callable[[Batch], Tensor]
+Regularizer = Callable[[Learner], Tensor]
+Closure = Callable[..., Evaluation]
+
+
+class Step(Protocol):
+    """How the optimizer moves given a loss closure; returns every evaluation it made."""
+
+    def __call__(self, learner: Learner, closure: Closure) -> list[Evaluation]: ...
+
+
+class Recovery(Protocol):
+    """Decides from a step's evaluations whether the model must be reset to its source state."""
+
+    def __call__(self, evaluations: list[Evaluation]) -> bool: ...
+
+
+def plain_step(learner: Learner, closure: Closure) -> list[Evaluation]:
+    """One gradient step on one evaluation; skipped when no sample is selected."""
+    evaluation = closure()
+    if evaluation.selected:
+        learner.descend(evaluation.loss)
+    return [evaluation]

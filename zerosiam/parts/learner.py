@@ -1,0 +1,83 @@
+"""The gradient half of a learner, written once for the image and the language adapter.
+
+A test-time update must never poison the weights: a non-finite loss or gradient (a collapsing model
+reaches them) skips the step and says why, instead of writing NaN into the model. Steps (a plain step,
+SAM's two passes) and recovery rules act through these members only, so SAM, SAR's recovery and the
+finiteness checks behave the same on every modality.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from zerosiam.parts.contract import Closure, Evaluation, Recovery, Step
+
+
+class GradientLearner(ABC):
+    """``backward``, ``descend``, ``skip`` and one adaptation step, over ``self.optimizer``.
+
+    A subclass sets ``model``, ``params`` and ``optimizer`` and says how to ``restore_source``.
+    """
+
+    model: nn.Module
+    params: dict[str, nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    _skipped: str | None = None
+
+    @property
+    def trainable(self) -> list[nn.Parameter]:
+        """Every parameter the optimizer moves, in its parameter groups' order."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def backward(self, loss: Tensor) -> bool:
+        """Gradients of ``loss`` in the trainable parameters; False, recorded as the step's ``skipped``
+        reason and with no gradient left, when the loss or a gradient is not finite."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            self.skip("non-finite loss")
+            return False
+        loss.backward()
+        if not self.gradients_finite():
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skip("non-finite gradient")
+            return False
+        return True
+
+    def descend(self, loss: Tensor) -> bool:
+        """Backpropagate ``loss`` and take one optimizer step, unless the loss or a gradient is not finite."""
+        if not self.backward(loss):
+            return False
+        self.optimizer.step()
+        return True
+
+    def gradients_finite(self) -> bool:
+        grads = [p.grad for p in self.trainable if p.grad is not None]
+        return all(bool(torch.isfinite(g).all()) for g in grads)
+
+    def skip(self, reason: str) -> None:
+        """Mark the current step as not taken; the first reason given stands."""
+        if self._skipped is None:
+            self._skipped = reason
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the current step moved nothing, or None."""
+        return self._skipped
+
+    def take_step(self, step: Step, recover: Recovery | None, closure: Closure) -> tuple[list[Evaluation], bool]:
+        """One adaptation step by ``step`` on ``closure``; then, if ``recover`` says the model has
+        collapsed, back to the source weights. Returns the step's evaluations and whether it recovered."""
+        self._skipped = None
+        with torch.enable_grad():
+            evaluations = step(self, closure)
+        recovered = bool(recover is not None and recover(evaluations))
+        if recovered:
+            self.restore_source()
+        return evaluations, recovered
+
+    @abstractmethod
+    def restore_source(self) -> None:
+        """Put the adapted weights (and the optimizer) back to where adaptation started."""
