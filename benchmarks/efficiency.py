@@ -238,7 +238,8 @@ def main() -> None:
 
     import zerosiam
 
-    methods = zerosiam.available_methods() if args.methods == "all" else args.methods.split(",")
+    image_methods = [name for name, supported in zerosiam.available_methods().items() if "image" in supported]
+    methods = image_methods if args.methods == "all" else args.methods.split(",")
     methods = ["tent", *[m for m in methods if m != "tent"]]
     command = "PYTHONPATH=. python benchmarks/efficiency.py " + " ".join(sys.argv[1:])
     start_load = os.getloadavg()[0]

@@ -19,13 +19,14 @@ import time
 import torch
 
 import zerosiam
-from zerosiam.bench.runner import RunSpec, build_stream, gather_batch, run
+from zerosiam.bench.runner import RunSpec, run, stream_for
 from zerosiam.parts.losses import entropy
+from zerosiam.protocols.build import gather_batch
 
 
 def bare_loop(spec: RunSpec) -> float:
     """Forward + entropy + backward + step on tensors prepared beforehand: the model's own cost."""
-    stream = build_stream(spec)
+    stream = stream_for(spec)
     steps = range(0, len(stream.rows), spec.batch_size)
     batches = [gather_batch(stream, stream.rows[i : i + spec.batch_size])[0] for i in steps]
     model = zerosiam.load_model(spec.model)

@@ -53,7 +53,9 @@ def differences(now: dict[str, Any], golden: dict[str, Any], tolerance: float = 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("db", type=Path)
     parser.add_argument("--out", type=Path, help="write the answers as JSON")
     parser.add_argument("--compare", type=Path, help="a JSON written before, to compare with")

@@ -17,8 +17,9 @@ import torch
 from tqdm import tqdm
 
 import zerosiam
-from zerosiam import corruptions, streams
+from zerosiam import corruptions
 from zerosiam.data.sources import read_cifar10_jpeg
+from zerosiam.protocols import streams
 
 
 def online_accuracy(method: str, model_name: str, images: np.ndarray, labels: np.ndarray, order: np.ndarray,

@@ -1,4 +1,4 @@
-"""The asset registry: lookup order, download against a local HTTP server, checksums and errors."""
+"""The asset store: lookup order, download against a local HTTP server, checksums, errors and the CLI."""
 
 from __future__ import annotations
 
@@ -12,26 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED_ASSETS
+from zerosiam import assets
+from zerosiam.assets import store
 from zerosiam.cli import assets as assets_cli
-from zerosiam.data import assets
 
-SHARED_ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
 PAYLOAD = b"zerosiam fixture asset\n" * 100
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
-REQUIRED = [
-    "cifar10-jpeg-test",
-    "cifar10-jpeg-train",
-    "resnet20",
-    "resnet32",
-    "resnet56",
-    "imagenet-sample",
-    "frost",
-    "math-gsm8k",
-    "math-math500",
-    "math-aime24",
-    "math-minerva",
-    "math-college",
-]
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -68,7 +55,7 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]
     mirror.mkdir()
     monkeypatch.setenv(assets.MIRROR_ENV, str(mirror))
     monkeypatch.setenv(assets.CACHE_ENV, str(cache))
-    assets._VERIFIED.clear()
+    store._VERIFIED.clear()
     return mirror, cache
 
 
@@ -84,23 +71,10 @@ def leftovers(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*.part")] if folder.exists() else []
 
 
-# ---------------------------------------------------------------------------------------------- registry
-def test_registry_has_every_project_asset_with_full_checksums() -> None:
-    assert set(REQUIRED) <= set(assets.ASSETS)
-    assert len(assets.ASSETS["frost"].files) == 6
-    for asset in assets.ASSETS.values():
-        assert asset.licence and asset.source
-        for entry in (*asset.files, *asset.licence_files):
-            assert len(entry.sha256) == 64 and int(entry.sha256, 16) >= 0
-    resnet = assets.ASSETS["resnet20"].file()
-    assert resnet.sha256.startswith(resnet.name.split("-")[1][:8])  # the name carries the hash prefix
-
-
-def test_unknown_names_are_clear_errors() -> None:
+# ---------------------------------------------------------------------------------------------- mirror
+def test_an_unknown_name_fails_before_any_place_is_searched() -> None:
     with pytest.raises(assets.UnknownAssetError, match="known assets"):
         assets.fetch("no-such-asset")
-    with pytest.raises(assets.UnknownAssetError, match="frost1.png"):
-        assets.fetch("frost")  # several files: one must be named
     with pytest.raises(assets.UnknownAssetError, match="no file"):
         assets.fetch("frost", "frost9.png")
 
@@ -200,12 +174,12 @@ def test_verified_hash_is_reused_until_the_file_changes(places, monkeypatch: pyt
     target.write_bytes(PAYLOAD)
     assets.fetch("fixture")
     assert (places[1] / "verified.json").is_file()
-    assets._VERIFIED.clear()  # a new process: only the on-disk record remains
+    store._VERIFIED.clear()  # a new process: only the on-disk record remains
 
     def no_hashing(path: object) -> str:
         raise AssertionError("the file was hashed again")
 
-    monkeypatch.setattr(assets, "sha256_file", no_hashing)
+    monkeypatch.setattr(store, "sha256_file", no_hashing)
     assert assets.fetch("fixture") == target
     monkeypatch.undo()
     register_fixture(monkeypatch)

@@ -12,9 +12,9 @@ from PIL import Image
 from scipy import ndimage
 
 from zerosiam import corruptions
+from zerosiam.assets import AssetError
 from zerosiam.corruptions import _common, api, blur, digital, weather
 from zerosiam.corruptions.presets import PRESETS
-from zerosiam.data.assets import AssetError
 
 RANDOM = tuple(name for name in corruptions.ALL if corruptions.CORRUPTIONS[name].random)
 DETERMINISTIC = tuple(name for name in corruptions.ALL if not corruptions.CORRUPTIONS[name].random)

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from zerosiam.data import assets, sources
+from tests.conftest import SHARED_ASSETS
+from zerosiam import assets
+from zerosiam.data import sources
 
-SHARED_ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
 COLOURS = {"airplane": (250, 10, 10), "cat": (10, 250, 10), "truck": (10, 10, 250)}
 
 

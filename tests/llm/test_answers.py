@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("math_verify")
 
+from tests.conftest import SHARED_ASSETS  # noqa: E402
 from zerosiam.llm.answers import (  # noqa: E402
     extract_answer,
     is_equivalent,
@@ -22,8 +23,6 @@ from zerosiam.llm.answers import (  # noqa: E402
     score,
 )
 from zerosiam.llm.math_data import COLLEGE_MATH_SAMPLE, load_problems  # noqa: E402
-
-from .conftest import SHARED_ASSETS  # noqa: E402
 
 if not (SHARED_ASSETS / "math" / "math500_test.jsonl").is_file():
     pytest.skip("the math datasets are not in the local mirror", allow_module_level=True)

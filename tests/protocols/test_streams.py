@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerosiam import streams
+from zerosiam.protocols import streams
 
 SEEDS = st.integers(0, 2**32 - 1)
 FAST = settings(max_examples=40, deadline=None, database=None)  # no .hypothesis/ folder in the tree
@@ -175,6 +175,25 @@ def test_epochs_repeat_or_reshuffle() -> None:
     assert np.array_equal(fresh[bounds[-2] :], streams.mild(labels, 101))
     with pytest.raises(ValueError, match="k must"):
         streams.epochs(fixed, 0)
+
+
+@FAST
+@given(label_arrays(), SEEDS, st.integers(0, 50))
+def test_epoch_order_is_a_seeded_permutation(labels: np.ndarray, seed: int, epoch: int) -> None:
+    order = streams.epoch_order(labels, seed, epoch)
+    assert order.dtype == np.int64 and np.array_equal(np.sort(order), np.arange(len(labels)))
+    assert np.array_equal(order, streams.epoch_order(labels, seed, epoch))
+
+
+def test_no_pass_of_one_seed_replays_a_pass_of_another() -> None:
+    """With ``seed + pass`` seeding, seed 1's pass 0 was seed 0's pass 1; each (seed, pass) is its own."""
+    labels = np.zeros(64, dtype=np.int64)
+    assert not np.array_equal(streams.epoch_order(labels, 1, 0), streams.epoch_order(labels, 0, 1))
+    orders = {streams.epoch_order(labels, seed, e).tobytes() for seed in range(4) for e in range(4)}
+    mild = {streams.mild(labels, seed).tobytes() for seed in range(8)}
+    assert len(orders) == 16 and not orders & mild
+    with pytest.raises(ValueError, match="epoch"):
+        streams.epoch_order(labels, 0, -1)
 
 
 # ---------------------------------------------------------------------------------------------- blind spot

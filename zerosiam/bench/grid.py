@@ -19,10 +19,11 @@ from typing import Any
 from tqdm import tqdm
 
 from zerosiam import corruptions
-from zerosiam.bench.runner import MIXED, Result, RunSpec, run
+from zerosiam.bench.runner import Result, RunSpec, run
 from zerosiam.bench.store import ResultStore
-from zerosiam.data.corrupted import load_corrupted
+from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.methods import get_recipe
+from zerosiam.protocols import MIXED
 
 KIND = "vision"
 

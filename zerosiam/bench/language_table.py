@@ -3,7 +3,7 @@
 Rows come from ``ResultStore.rows(kind="llm")`` (spec + metrics). A cell is the mean over the runs
 that share (method, dataset) — several seeds, say — with their count when more than one, so a reader
 never mistakes a one-seed number for an average. Methods keep the paper's order (NoAdapt first,
-ZeroSiam last); datasets keep the order given or the paper's.
+ZeroSiam last, as every report: ``bench.names``); datasets keep the order given or the paper's.
 """
 
 from __future__ import annotations
@@ -13,24 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-METHOD_ORDER = ("noadapt", "tent", "eata", "sar", "come", "tlm", "zerosiam")
+from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
+
 DATASET_ORDER = ("math500", "collegemath", "aime24", "minerva", "gsm8k")
-METHOD_NAMES = {
-    "noadapt": "NoAdapt",
-    "tent": "Tent",
-    "eata": "EATA",
-    "sar": "SAR",
-    "come": "COME",
-    "tlm": "TLM",
-    "zerosiam": "ZeroSiam",
-}
-DATASET_NAMES = {
-    "math500": "Math-500",
-    "collegemath": "CollegeMath",
-    "aime24": "AIME24",
-    "minerva": "Minerva",
-    "gsm8k": "GSM8K",
-}
 
 
 def _ordered(present: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -69,7 +54,7 @@ def markdown_table(
     cells = collect(rows, metric)
     if not cells:
         return "(no results)"
-    methods = _ordered({m for m, _ in cells}, METHOD_ORDER)
+    methods = sorted({m for m, _ in cells}, key=method_rank)
     columns = list(datasets) if datasets else _ordered({d for _, d in cells}, DATASET_ORDER)
     average = len(columns) > 1
     header = ["Method", *(DATASET_NAMES.get(d, d) for d in columns)] + (["Average"] if average else [])
@@ -77,7 +62,7 @@ def markdown_table(
     lines = ["| " + " | ".join(header) + " |", rule]
     for method in methods:
         values = [cells.get((method, d), []) for d in columns]
-        row = [METHOD_NAMES.get(method, method), *(format_cell(v, scale, digits) for v in values)]
+        row = [method_name(method), *(format_cell(v, scale, digits) for v in values)]
         if average:
             means = [sum(v) / len(v) for v in values if v]
             complete = len(means) == len(columns)

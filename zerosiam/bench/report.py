@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
 from zerosiam.corruptions import BENCHMARK, GROUPS
 
 BASELINE = "noadapt"
@@ -39,30 +40,6 @@ OVERALL = "overall"
 MISSING = "–"
 WORSE_MARK = "↓"
 
-# Table order: the reference first, then the baselines roughly by date, the paper's method and its
-# compositions last. Methods not listed here go just before ZeroSiam, alphabetically.
-METHOD_ORDER: tuple[str, ...] = (
-    "noadapt",
-    "tent",
-    "eta",
-    "eata",
-    "sar",
-    "deyo",
-    "come",
-    "zerosiam",
-    "eata+zerosiam",
-    "deyo+zerosiam",
-)
-METHOD_NAMES: dict[str, str] = {
-    "noadapt": "NoAdapt",
-    "tent": "Tent",
-    "eta": "ETA",
-    "eata": "EATA",
-    "sar": "SAR",
-    "deyo": "DeYO",
-    "come": "COME",
-    "zerosiam": "ZeroSiam",
-}
 COLUMN_NAMES: dict[str, str] = {
     "gaussian_noise": "Gauss.",
     "shot_noise": "Shot",
@@ -85,11 +62,6 @@ COLUMN_NAMES: dict[str, str] = {
     "digital": "Digital",
     AVERAGE: "Avg.",
     OVERALL: "Overall",
-}
-DATASET_NAMES: dict[str, str] = {
-    "cifar10c": "CIFAR-10-C",
-    "cifar100c": "CIFAR-100-C",
-    "imagenetc": "ImageNet-C",
 }
 # Spec fields that place a run in a table or a column; every other field (and every hparam) that differs
 # between runs of one method makes them separate lines of the table.
@@ -174,18 +146,6 @@ def _created_key(row: Mapping[str, Any]) -> tuple[int, float, str]:
     if isinstance(created, int | float):
         return 0, float(created), ""
     return 1, 0.0, str(created or "")
-
-
-def method_name(method: str) -> str:
-    """The paper's spelling of a method name (``eata+zerosiam`` -> ``EATA+ZeroSiam``)."""
-    return "+".join(METHOD_NAMES.get(part, part) for part in method.split("+"))
-
-
-def method_rank(method: str) -> tuple[float, str]:
-    """Sort key putting methods in :data:`METHOD_ORDER`, unknown ones just before ZeroSiam."""
-    if method in METHOD_ORDER:
-        return float(METHOD_ORDER.index(method)), method
-    return METHOD_ORDER.index("zerosiam") - 0.5, method
 
 
 def _variant(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zerosiam.data import assets
+from zerosiam import assets
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from zerosiam import corruptions
-from zerosiam.data.corrupted import build_cifar10c, build_imagenet_c
+from zerosiam.corruptions.datasets import build_cifar10c, build_imagenet_c
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosiam.bench import report
+from zerosiam.bench.names import DATASET_NAMES, method_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -139,7 +140,7 @@ def write_diagnostics(rows: Sequence[Mapping[str, Any]], out: Path, corruption: 
         if not chosen:
             continue
         name = chosen[0]["spec"].get("corruption")
-        title = f"{report.DATASET_NAMES.get(key[0], key[0])}, {key[1]}, {key[2]}, severity {key[3]}: {name}"
+        title = f"{DATASET_NAMES.get(key[0], key[0])}, {key[1]}, {key[2]}, severity {key[3]}: {name}"
         written.append(plot_diagnostics(chosen, out / f"diagnostics_{_slug(*key, name)}.png", title=title))
     return written
 
@@ -177,8 +178,8 @@ def write_heatmaps(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
             continue
         corruptions = sorted({str(r["spec"].get("corruption")) for r in members})
         scope = corruptions[0] if len(corruptions) == 1 else f"mean over {len(corruptions)} corruptions"
-        dataset = report.DATASET_NAMES.get(key[0], key[0])
-        title = f"{report.method_name(key[4])} on {dataset}, {key[1]}, {key[2]}, severity {key[3]} ({scope})"
+        dataset = DATASET_NAMES.get(key[0], key[0])
+        title = f"{method_name(key[4])} on {dataset}, {key[1]}, {key[2]}, severity {key[3]} ({scope})"
         path = out / f"heatmap_{_slug(*key[:5], len(written))}.png"
         written.append(plot_lr_heatmap(members, path, title=title))
     return written

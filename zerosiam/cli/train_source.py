@@ -21,13 +21,14 @@ import torch
 from zerosiam.zoo.architectures import ARCHITECTURES
 
 if TYPE_CHECKING:
-    from zerosiam.train import TrainConfig
+    from zerosiam.zoo.training import TrainConfig
 
 _ARCHS = (*ARCHITECTURES, "tiny_gn")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``train-source``; options left unset take the architecture's recipe (zerosiam.train.RECIPES)."""
+    """Add ``train-source``; options left unset take the architecture's recipe
+    (``zerosiam.zoo.training.RECIPES``)."""
     parser = subparsers.add_parser(
         "train-source",
         help="train (resumably), evaluate or time a GN/LN CIFAR-10 source model",
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The training config: the architecture's recipe, overridden by every option given."""
-    from zerosiam.train import config_fields, recipe_config
+    from zerosiam.zoo.training import config_fields, recipe_config
 
     overrides = {name: getattr(args, name, None) for name in config_fields() if name != "arch"}
     return recipe_config(args.arch, **overrides)
@@ -103,7 +104,7 @@ def _train_set(limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from zerosiam.train import train
+    from zerosiam.zoo.training import train
 
     config = config_from_args(args)
     out = args.out or Path("runs") / args.arch
@@ -126,8 +127,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_evaluate(path: Path, arch: str | None, threads: int = 0) -> int:
     """Clean top-1 of exported weights (sha256 checked against the sidecar) or of a training checkpoint."""
-    from zerosiam.train import evaluate, load_checkpoint_model
     from zerosiam.zoo.trained import load_trained, sidecar_path
+    from zerosiam.zoo.training import evaluate, load_checkpoint_model
 
     if path.suffix == ".safetensors":
         sidecar = sidecar_path(path)
@@ -148,7 +149,7 @@ def run_evaluate(path: Path, arch: str | None, threads: int = 0) -> int:
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from zerosiam.train import time_steps
+    from zerosiam.zoo.training import time_steps
 
     batch = args.batch_size or 128
     timing = time_steps(args.arch, batch_size=batch, steps=args.steps, threads=args.threads or 0)

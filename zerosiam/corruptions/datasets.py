@@ -3,8 +3,11 @@
 A corrupted split is a fixed dataset, like the published CIFAR-10-C: it depends on (source, corruption,
 severity, corruption seed), never on the run's seed, so every method and every run sees the same images.
 Each (corruption, severity) is made once and cached as a uint8 ``.npy``; the hot loop only slices it.
-Files are written to a temporary name and renamed, so an interrupted build never leaves half a file and
-a finished file is never rewritten.
+Files are written through ``zerosiam.assets.files.atomic_file``, so an interrupted build never leaves half
+a file and a finished file is never rewritten.
+
+This module lives with the corruptions, not with the dataset readers, because it applies them: the readers
+(``zerosiam.data``) sit below the corruption engine and must not import it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from tqdm import tqdm
 
-from zerosiam import corruptions
-from zerosiam.data import assets
+from zerosiam import assets
+from zerosiam.assets.files import atomic_file
+from zerosiam.corruptions.api import BENCHMARK, apply
 from zerosiam.data.sources import read_cifar10_jpeg, read_imagenet_sample
 
 CORRUPTION_SEED = 0  # the seed of the project's CIFAR-10-C / ImageNet-C builds
@@ -34,19 +38,6 @@ SOURCES: dict[str, tuple[CleanSource, str]] = {
 }
 
 
-def save_atomically(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to ``path`` through a temporary file in the same folder and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.save(stream, array)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def corrupt_in_chunks(
     images: np.ndarray, name: str, severity: int, preset: str, progress: bool = False
 ) -> np.ndarray:
@@ -55,7 +46,7 @@ def corrupt_in_chunks(
     starts = range(0, len(images), _CHUNK)
     for start in tqdm(starts, desc=f"{name} s{severity}", leave=False, disable=not progress):
         chunk = images[start : start + _CHUNK]
-        out[start : start + len(chunk)] = corruptions.apply(
+        out[start : start + len(chunk)] = apply(
             chunk, name, severity, preset=preset, seed=CORRUPTION_SEED, start_index=start
         )
     return out
@@ -78,7 +69,9 @@ def load_corrupted(
         return clean, labels
     path = _cache_file(dataset, corruption, severity, cache)
     if not path.exists():
-        save_atomically(path, corrupt_in_chunks(clean, corruption, severity, preset, progress))
+        corrupted = corrupt_in_chunks(clean, corruption, severity, preset, progress)
+        with atomic_file(path) as handle:
+            np.save(handle, corrupted)
     return np.load(path, mmap_mode="r"), labels
 
 
@@ -90,7 +83,7 @@ def _source(dataset: str) -> tuple[CleanSource, str]:
 
 
 def build_cifar10c(
-    out: Path, names: Iterable[str] = corruptions.BENCHMARK, cache: Path | None = None, progress: bool = True
+    out: Path, names: Iterable[str] = BENCHMARK, cache: Path | None = None, progress: bool = True
 ) -> list[Path]:
     """Write CIFAR-10-C in its standard layout: ``<name>.npy`` (severities 1–5 stacked) and ``labels.npy``.
 
@@ -103,11 +96,13 @@ def build_cifar10c(
         target = out / f"{name}.npy"
         if not target.exists():
             stacked = [load_corrupted("cifar10c", name, s, cache, progress)[0] for s in SEVERITIES]
-            save_atomically(target, np.concatenate(stacked))
+            with atomic_file(target) as handle:
+                np.save(handle, np.concatenate(stacked))
         written.append(target)
     labels_file = out / "labels.npy"
     if not labels_file.exists():
-        save_atomically(labels_file, np.tile(read_cifar10_jpeg("test")[1], len(SEVERITIES)))
+        with atomic_file(labels_file) as handle:
+            np.save(handle, np.tile(read_cifar10_jpeg("test")[1], len(SEVERITIES)))
     return [*written, labels_file]
 
 
@@ -119,7 +114,7 @@ def imagenet_sample_wnids() -> list[str]:
 
 
 def build_imagenet_c(
-    out: Path, names: Iterable[str] = corruptions.BENCHMARK, severities: Iterable[int] = SEVERITIES,
+    out: Path, names: Iterable[str] = BENCHMARK, severities: Iterable[int] = SEVERITIES,
     cache: Path | None = None, progress: bool = True,
 ) -> Path:  # fmt: skip
     """Write the ImageNet sample's -C set as ImageNet-C folders ``<name>/<severity>/<wnid>/<n>.JPEG``.

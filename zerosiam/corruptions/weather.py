@@ -55,7 +55,7 @@ def frost_textures(step: int) -> tuple[np.ndarray, ...]:
     CIFAR scales the textures by 1/5 with a centre-aligned bilinear resize, which is exactly taking every
     5th pixel starting at offset 2; in general the offset is step // 2 (0 for step 1, i.e. full size).
     """
-    from zerosiam.data.assets import fetch  # imported here so the other corruptions need no asset registry
+    from zerosiam.assets import fetch  # imported here so the other corruptions need no asset registry
 
     textures = []
     for name in FROST_FILES[:FROST_USED]:

@@ -1,1 +1,1 @@
-"""Data: the asset registry, dataset readers, corruptions and the test streams."""
+"""Data: the dataset readers (``zerosiam.data.sources``), below the corruptions and the protocols."""

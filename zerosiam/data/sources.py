@@ -22,7 +22,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image
 
-from zerosiam.data import assets
+from zerosiam import assets
+from zerosiam.assets.files import atomic_file
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -64,10 +65,8 @@ def _cache_path(cache: PathLike | None, reader: str, key: dict[str, object]) -> 
 def _save(path: Path, data: Dataset) -> None:
     """Write the arrays atomically; a failure (read-only cache) only means decoding again next time."""
     images, labels, names = data
-    buffer = io.BytesIO()
-    np.savez(buffer, images=images, labels=labels, class_names=np.array(names, dtype=np.str_))
-    with contextlib.suppress(OSError):
-        assets.atomic_write_bytes(path, buffer.getvalue())
+    with contextlib.suppress(OSError), atomic_file(path) as handle:
+        np.savez(handle, images=images, labels=labels, class_names=np.array(names, dtype=np.str_))
 
 
 def _load(path: Path) -> Dataset | None:

@@ -132,11 +132,12 @@ class LMAdapter(GradientLearner):
 
     def _batch(self, x: Tensor, logits: Tensor, target: Tensor, tokens: Tensor | None = None) -> Batch:
         """A text batch; a sample spanning several positions (a prompt) has their mean entropy."""
+        per_sample = entropy(logits).detach()
         return Batch(
             x=x,
             logits=logits,
             target=target,
-            entropy=entropy(logits).detach().flatten(1).mean(1) if logits.ndim > 2 else entropy(logits).detach(),
+            entropy=per_sample.flatten(1).mean(1) if per_sample.ndim > 1 else per_sample,
             learner=self,
             modality="text",
             tokens=tokens,

@@ -33,7 +33,7 @@ class MathProblem:
 
 @dataclass(frozen=True)
 class MathDataset:
-    """Where a dataset lives (asset name in ``zerosiam.data.assets``) and how to read one row."""
+    """Where a dataset lives (asset name in ``zerosiam.assets``) and how to read one row."""
 
     name: str
     asset: str
@@ -98,8 +98,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def dataset_path(name: str, mirror: str | Path | None = None) -> Path:
-    """Checksum-verified local path of a dataset's file (mirror first; see zerosiam.data.assets)."""
-    from zerosiam.data.assets import fetch
+    """Checksum-verified local path of a dataset's file (mirror first; see zerosiam.assets)."""
+    from zerosiam.assets import fetch
 
     return fetch(get_dataset(name).asset, mirror=mirror, download=False)
 

@@ -49,7 +49,7 @@ def smollm2_gguf_path() -> Path:
 
 
 def _smollm2_cache() -> Path:
-    from zerosiam.data.assets import cache_dir
+    from zerosiam.assets import cache_dir
 
     return cache_dir() / "llm" / "smollm2-135m-instruct-q4_1-f32"
 

@@ -33,6 +33,7 @@ from zerosiam.parts.contract import (
 from zerosiam.parts.losses import DIVERGENCES, OBJECTIVES, PerSample, resolve
 from zerosiam.parts.norms import NormSelector
 
+
 @dataclass(frozen=True)
 class Asymmetry:
     """ZeroSiam's asymmetric pair: online branch g(h(z)) aligned to the stop-gradient target g(z).
@@ -90,7 +91,9 @@ class Recipe:
     def parts(self) -> dict[str, Any]:
         """The parts that may keep state or need preparing, by a stable key (used in checkpoints)."""
         candidates = {f"select{i}": rule for i, rule in enumerate(self.select)}
-        candidates.update(weight=self.weight, regularizer=self.regularizer, step=self.step, recover=self.recover)
+        candidates.update(
+            weight=self.weight, regularizer=self.regularizer, step=self.step, recover=self.recover
+        )
         return {key: part for key, part in candidates.items() if part is not None}
 
     @property

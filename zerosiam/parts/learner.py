@@ -67,7 +67,9 @@ class GradientLearner(ABC):
         """Why the current step moved nothing, or None."""
         return self._skipped
 
-    def take_step(self, step: Step, recover: Recovery | None, closure: Closure) -> tuple[list[Evaluation], bool]:
+    def take_step(
+        self, step: Step, recover: Recovery | None, closure: Closure
+    ) -> tuple[list[Evaluation], bool]:
         """One adaptation step by ``step`` on ``closure``; then, if ``recover`` says the model has
         collapsed, back to the source weights. Returns the step's evaluations and whether it recovered."""
         self._skipped = None

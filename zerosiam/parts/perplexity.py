@@ -28,8 +28,8 @@ def prompt_nll(batch: Batch) -> Tensor:
     if batch.tokens is None or batch.tokens.shape[-1] < 1:
         raise ValueError("the prompt needs at least two tokens to have a perplexity")
     if "prompt_nll" not in batch.cache:
-        nll = [F.cross_entropy(logits, tokens) for logits, tokens in zip(batch.logits, batch.tokens, strict=True)]
-        batch.cache["prompt_nll"] = torch.stack(nll)
+        pairs = zip(batch.logits, batch.tokens, strict=True)
+        batch.cache["prompt_nll"] = torch.stack([F.cross_entropy(logits, tokens) for logits, tokens in pairs])
     return batch.cache["prompt_nll"]
 
 

@@ -40,7 +40,9 @@ class Margin:
 
 def _margin(fraction: float | None, nats: float | None) -> Margin:
     if (fraction is None) == (nats is None):
-        raise ValueError(f"give an entropy threshold either as a fraction of ln C or in nats: {fraction}, {nats}")
+        raise ValueError(
+            f"give an entropy threshold as a fraction of ln C or in nats, once: {fraction}, {nats}"
+        )
     return Margin(nats, in_nats=True) if nats is not None else Margin(fraction)
 
 

@@ -2,7 +2,8 @@
 
 Each function maps (labels or sizes, seed, protocol parameters) to int64 index arrays, so every method
 sees the very same samples in the very same order for a given seed, and the streams can be tested on
-their properties without a model. Nothing here touches images.
+their properties without a model. Nothing here touches images. Every draw takes its generator from
+``zerosiam.protocols.seeding.rng(seed, purpose)``, which says which purposes keep the legacy streams.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from zerosiam.protocols import seeding
 
 NOISE, DATA = 0, 1  # the domain column of ``noise_prefix``
 LABEL_SHIFT_LENGTH_FACTOR = 2  # T = 2 × dataset size: the ImageNet choice (100,000 steps for 50,000 images)
@@ -29,12 +32,6 @@ def _labels(labels: ArrayLike) -> np.ndarray:
     return array
 
 
-def _rng(seed: int) -> np.random.Generator:
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return np.random.default_rng(int(seed))
-
-
 def _count(value: int, what: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
@@ -44,7 +41,17 @@ def _count(value: int, what: str, minimum: int = 0) -> int:
 # ---------------------------------------------------------------------------------------------- mild
 def mild(labels: ArrayLike, seed: int) -> np.ndarray:
     """Every sample once, in a seeded random order (the ``mild`` and ``bs1`` protocols)."""
-    return _rng(seed).permutation(len(_labels(labels))).astype(np.int64)
+    return seeding.rng(seed).permutation(len(_labels(labels))).astype(np.int64)
+
+
+def epoch_order(labels: ArrayLike, seed: int, epoch: int) -> np.ndarray:
+    """Every sample once, in the order of pass ``epoch`` of the epochs protocol.
+
+    Seeded by ``(seed, EPOCH_ORDER, epoch)`` rather than ``seed + epoch``, so no pass of one run replays a
+    pass of another (with ``seed + epoch``, run 1's first pass was run 0's second).
+    """
+    index = _count(epoch, "epoch")
+    return seeding.rng(seed, seeding.EPOCH_ORDER, index).permutation(len(_labels(labels))).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------- label shift
@@ -61,7 +68,7 @@ def label_shift_schedule(num_classes: int, length: int, seed: int) -> np.ndarray
 
     Classes are given as positions 0..C−1; ``label_shift`` maps them to the label values.
     """
-    order = _rng(seed).permutation(num_classes)
+    order = seeding.rng(seed).permutation(num_classes)
     segment = np.arange(length, dtype=np.int64) * num_classes // length
     return order[segment]
 
@@ -85,7 +92,7 @@ def label_shift(
     if steps < num_classes:
         raise ValueError(f"length {steps} is shorter than the number of classes {num_classes}")
     visited = label_shift_schedule(num_classes, steps, seed)
-    rng = np.random.default_rng([int(seed), 1])  # a stream independent of the schedule's
+    rng = seeding.rng(seed, seeding.LABEL_SHIFT_DRAWS)  # a stream independent of the schedule's
     drawn = _draw_classes(visited, visited_probability(float(imbalance_ratio), num_classes), num_classes, rng)
     return _draw_members(inverse, drawn, num_classes, rng)
 
@@ -131,7 +138,7 @@ def dirichlet_shift(
         if num_chunks is None
         else _count(num_chunks, "num_chunks", 1)
     )
-    rng = _rng(seed)
+    rng = seeding.rng(seed, seeding.DIRICHLET_CHUNKS)
     parts: list[list[np.ndarray]] = [[] for _ in range(chunks)]
     for cls in classes:
         members = rng.permutation(np.flatnonzero(labels == cls))
@@ -153,7 +160,7 @@ def mixed(domain_sizes: Sequence[int], seed: int) -> np.ndarray:
         raise ValueError("mixed needs at least one domain")
     domain = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
     index = np.concatenate([np.arange(s, dtype=np.int64) for s in sizes])
-    order = _rng(seed).permutation(len(domain))
+    order = seeding.rng(seed, seeding.MIXED_ORDER).permutation(len(domain))
     return np.stack([domain[order], index[order]], axis=1)
 
 
@@ -188,7 +195,7 @@ def blind_spot(wrong_mask: ArrayLike, length: int | None, seed: int) -> np.ndarr
         raise ValueError(f"wrong_mask must be a 1-D boolean array, got {mask.dtype} of shape {mask.shape}")
     steps = len(mask) if length is None else _count(length, "length")
     wrong = np.flatnonzero(mask)
-    rng = _rng(seed)
+    rng = seeding.rng(seed, seeding.BLIND_SPOT_DRAWS)
     if steps == 0:
         return np.zeros(0, dtype=np.int64)
     if len(wrong) == 0:
@@ -221,7 +228,7 @@ def epochs(indices: ArrayLike | Callable[[int], ArrayLike], k: int) -> tuple[np.
     """The stream played ``k`` times: returns (concatenated indices, pass boundaries of length k + 1).
 
     ``indices`` is either one fixed order, repeated as is, or a function of the pass number 0..k−1 (e.g.
-    ``lambda e: mild(labels, seed + e)`` to reshuffle each pass). The k-th pass, the one evaluated, is
+    ``lambda e: epoch_order(labels, seed, e)`` to reshuffle each pass). The k-th pass, the one evaluated, is
     ``stream[bounds[-2]:bounds[-1]]``.
     """
     passes = _count(k, "k", 1)

@@ -58,7 +58,7 @@ __all__ = [
 
 def _cifar_resnet(depth: int) -> nn.Module:
     """An akamaster CIFAR ResNet with its mirrored checkpoint (``fetch`` verifies the sha256 first)."""
-    from zerosiam.data.assets import fetch
+    from zerosiam.assets import fetch
     from zerosiam.zoo.cifar_resnet import CifarResNet
 
     checkpoint = torch.load(fetch(f"resnet{depth}"), map_location="cpu", weights_only=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from zerosiam.data.assets import ChecksumMismatchError, sha256_file
+from zerosiam.assets import ChecksumMismatchError, sha256_file
 
 PathLike = str | os.PathLike[str]
 # Keys under which training scripts commonly nest the weights (timm, torchvision references, Lightning).

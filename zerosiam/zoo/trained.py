@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from zerosiam.assets.files import atomic_write, sha256_file
 from zerosiam.zoo.architectures import ARCHITECTURES, build_architecture
 
 if TYPE_CHECKING:
@@ -58,31 +58,6 @@ def default_path(name: str) -> Path:
 
 def sidecar_path(weights: PathLike) -> Path:
     return Path(weights).with_suffix(".json")
-
-
-def sha256_file(path: PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder and ``os.replace``, so that a reader (or a run
-    killed mid-write) never leaves or sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; weights and logs are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _bare(model: nn.Module) -> nn.Module:

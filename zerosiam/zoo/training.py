@@ -10,9 +10,9 @@ Why it is built this way:
   (momentum / Adam moments), the running sums of the epoch's metrics, the number of log lines written, and
   torch's global RNG state (for any dropout a model may add), so a resumed run reproduces the uninterrupted
   one exactly — weights and log.
-* Checkpoints are written through a temporary file and ``os.replace``: a run killed while saving leaves
-  the previous checkpoint intact. Log lines written after the last checkpoint are dropped on resume, so
-  the log never holds a step twice.
+* Checkpoints are written through ``zerosiam.assets.files.atomic_write`` (a temporary file, fsync,
+  ``os.replace``): a run killed while saving leaves the previous checkpoint intact. Log lines written
+  after the last checkpoint are dropped on resume, so the log never holds a step twice.
 * Augmentation (random crop with 4-pixel zero padding, horizontal flip) runs on whole uint8 batches with
   tensor indexing — no per-image Python loop and no worker processes to keep in step.
 
@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zerosiam.zoo.trained import atomic_write, build, save_trained
+from zerosiam.assets.files import atomic_write
+from zerosiam.zoo.trained import build, save_trained
 
 CHECKPOINT_NAME = "checkpoint.pt"
 LOG_NAME = "log.jsonl"

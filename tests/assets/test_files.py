@@ -1,0 +1,85 @@
+"""The one atomic writer and the one file hash: whole files or none, fsync-ed, readable by others."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zerosiam.assets import files
+from zerosiam.assets.files import atomic_file, atomic_write, sha256_file
+
+
+def leftovers(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.endswith(files.TEMPORARY_SUFFIX))
+
+
+def test_atomic_file_writes_the_complete_content(tmp_path: Path) -> None:
+    target = tmp_path / "new" / "folder" / "array.npy"  # the folders are created
+    array = np.arange(3 * 1000, dtype=np.int64).reshape(3, 1000)
+    with atomic_file(target) as handle:
+        np.save(handle, array)
+        assert not target.exists()  # nothing is visible before the block ends
+    np.testing.assert_array_equal(np.load(target), array)
+    assert leftovers(target.parent) == []
+
+
+def test_atomic_write_replaces_a_file_readable_by_others(tmp_path: Path) -> None:
+    target = tmp_path / "blob.bin"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o600)
+    atomic_write(target, b"new content")
+    assert target.read_bytes() == b"new content"
+    assert stat.S_IMODE(target.stat().st_mode) == files.MODE == 0o644  # mkstemp alone would give 0o600
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_an_exception_keeps_the_old_file_and_no_temporary(tmp_path: Path, error: type[BaseException]) -> None:
+    target = tmp_path / "weights.bin"
+    target.write_bytes(b"previous")
+    with pytest.raises(error), atomic_file(target) as handle:
+        handle.write(b"half of the new")
+        raise error
+    assert target.read_bytes() == b"previous"
+    assert leftovers(tmp_path) == []
+
+
+def test_an_exception_before_any_file_existed_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError), atomic_file(tmp_path / "never.npy") as handle:
+        handle.write(b"x")
+        raise ValueError("the writer failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_data_is_fsynced_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "checkpoint.pt"
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor: int) -> None:
+        events.append("fsync")
+        real_fsync(descriptor)
+
+    def replace(source: os.PathLike[str], destination: os.PathLike[str]) -> None:
+        events.append("replace")
+        real_replace(source, destination)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "replace", replace)
+    atomic_write(target, b"payload")
+    assert events == ["fsync", "replace"] and target.read_bytes() == b"payload"
+
+
+def test_sha256_file_reads_in_chunks_and_matches_hashlib(tmp_path: Path) -> None:
+    path = tmp_path / "big.bin"
+    data = np.random.default_rng(0).integers(0, 256, 3 * (1 << 20) + 17, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    assert sha256_file(path) == hashlib.sha256(data).hexdigest()
+    assert sha256_file(str(path)) == sha256_file(path)
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert sha256_file(empty) == hashlib.sha256(b"").hexdigest()

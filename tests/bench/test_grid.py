@@ -1,0 +1,106 @@
+"""Grids: expansion into specs, the store-backed resume after ``kill -9``, and the Ray backend."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_assets
+from zerosiam.bench.grid import Grid, execute
+from zerosiam.bench.store import ResultStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_grid_expands_axes_and_sweeps():
+    sweep = {"lr": [1e-3, 1e-4], "predictor_lr": [1e-2, 1e-3]}
+    grid = Grid(models=["resnet20"], methods=["tent", "zerosiam"], corruptions=["fog", "snow"],
+                protocols=["mild", "mixed"], sweep=sweep)  # fmt: skip
+    specs = grid.specs()
+    tent = [s for s in specs if s.method == "tent"]
+    siam = [s for s in specs if s.method == "zerosiam"]
+    assert (
+        len(tent) == 2 * 3 and len(siam) == 4 * 3
+    )  # (fog, snow, mixed) × sweep points; η_h only for ZeroSiam
+    assert all("predictor_lr" not in s.hparams for s in tent)
+    assert {s.corruption for s in specs if s.protocol == "mixed"} == {"mixed"}
+    with pytest.raises(ValueError, match="unknown grid keys"):
+        Grid.from_mapping({"models": ["resnet20"], "methods": ["tent"], "corruption": ["fog"]})
+    assert (
+        len(Grid.from_mapping({"models": ["m"], "methods": ["tent"], "corruptions": "benchmark"}).corruptions)
+        == 15
+    )
+
+
+# --- real runs through the store --------------------------------------------------------------------
+
+SMALL = ["--model", "resnet20", "--corruptions", "gaussian_noise", "--protocols", "mild,label_shift",
+         "--methods", "noadapt,tent,zerosiam", "--limit", "128", "--workers", "1", "--no-report"]  # fmt: skip
+
+
+def _rows(db: Path) -> dict[str, tuple]:
+    """Each run's deterministic content (timings and memory excluded)."""
+    rows = {}
+    for row in ResultStore(db).rows(kind="vision"):
+        metrics = {k: v for k, v in row["metrics"].items() if k not in ("seconds", "peak_rss_mb")}
+        rows[row["run_id"]] = (metrics, row["curves"])
+    return rows
+
+
+def _bench(db: Path, *extra: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "zerosiam.cli", "bench", *SMALL, "--db", str(db), *extra]
+    return subprocess.Popen(command, env=env, cwd=ROOT, **popen)
+
+
+@needs_assets()
+def test_a_killed_grid_resumes_without_lost_or_duplicated_runs(tmp_path):
+    reference = tmp_path / "reference.db"
+    assert _bench(reference).wait(timeout=600) == 0
+    expected = _rows(reference)
+    assert len(expected) == 6
+
+    interrupted = tmp_path / "interrupted.db"
+    process = _bench(
+        interrupted, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and _count(interrupted) < 2:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    done_before = _count(interrupted)
+    assert 2 <= done_before < 6, "the grid should have been killed part-way"
+
+    assert _bench(interrupted).wait(timeout=600) == 0
+    assert _count(interrupted) == 6
+    assert _rows(interrupted) == expected
+
+
+def _count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as connection:
+            return connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    except sqlite3.OperationalError:  # the table is not created yet
+        return 0
+
+
+@needs_assets()
+def test_ray_backend_gives_the_same_results_as_the_local_pool(tmp_path):
+    pytest.importorskip("ray")
+    specs = Grid(models=["resnet20"], methods=["tent", "zerosiam"], corruptions=["gaussian_noise"],
+                 limit=128).specs()  # fmt: skip
+    local, distributed = ResultStore(tmp_path / "local.db"), ResultStore(tmp_path / "ray.db")
+    assert execute(specs, local, backend="local", workers=1, progress=False) == 2
+    assert execute(specs, distributed, backend="ray", workers=2, progress=False) == 2
+    assert _rows(tmp_path / "local.db") == _rows(tmp_path / "ray.db")
+    assert execute(specs, distributed, backend="ray", progress=False) == 0  # nothing left to run

@@ -1,0 +1,34 @@
+"""Learning-rate selection on the held-out corruptions, and the data-free choice of the predictor's rate."""
+
+from __future__ import annotations
+
+from tests.bench.conftest import TinyLN
+from zerosiam import corruptions
+from zerosiam.bench.store import ResultStore
+
+
+def test_learning_rates_are_selected_on_the_extra_corruptions_only(fake_domains, tiny_model, tmp_path):
+    from zerosiam.bench.select import SELECTION_KIND, select_on_held_out
+
+    store = ResultStore(tmp_path / "select.db")
+    sweep = {"lr": [1e-4, 1e-1], "predictor_lr": [1e-2]}
+    choices = select_on_held_out("tiny", ["tent", "zerosiam"], sweep, store, backend="inline", progress=False)
+    runs = store.rows("vision")
+    assert {row["spec"]["corruption"] for row in runs} == set(corruptions.EXTRA)
+    assert len(runs) == 4 * 2 * 2
+    for choice in choices:
+        assert choice.accuracy == max(choice.table.values())
+        assert len(choice.table) == 2
+    recorded = store.rows(SELECTION_KIND)
+    assert [row["metrics"]["chosen"] for row in recorded] == [c.hparams for c in choices]
+
+
+def test_data_free_predictor_lr_prefers_the_least_disruptive_rate(tiny_model, monkeypatch):
+    from zerosiam.bench import select
+
+    monkeypatch.setattr(select.zerosiam, "load_model", lambda name: TinyLN())
+    candidates = [0.0, 1.0, 10.0]  # far enough apart that their effects show in float32 entropies
+    chosen, changes = select.data_free_predictor_lr("tiny", candidates, lr=5e-2, images=256, input_size=4)
+    assert list(changes) == candidates and chosen == min(changes, key=changes.get)
+    assert len({round(v, 9) for v in changes.values()}) == 3  # η_h reaches the model through the norms
+    assert all(v > 0 for v in changes.values())

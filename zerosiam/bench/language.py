@@ -1,0 +1,105 @@
+"""One language-model run: (model, dataset, method, rates, seed) → accuracy, timings and curves.
+
+The language harness shares the vision harness's run identity (``run_id_for`` of the spec), its
+environment record and its result store; its rows are of kind ``llm``. Every run starts from a copy of
+the same pristine model, so runs are independent of their order, and a run that is already stored is
+skipped, so an interrupted grid resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from zerosiam.bench.environment import environment
+from zerosiam.bench.store import ResultStore, run_id_for
+from zerosiam.llm.adapter import LMAdapter, LMConfig
+from zerosiam.llm.loop import run_online, summarise
+from zerosiam.llm.math_data import get_dataset, load_problems
+from zerosiam.llm.model import DEFAULT_LORA_TARGETS, load_causal_lm
+from zerosiam.methods import get_recipe
+
+KIND = "llm"
+PACKAGES = ("transformers", "peft")  # recorded in the environment of language rows
+
+
+@dataclass(frozen=True)
+class LanguageRunSpec:
+    """Everything that determines a language run's numbers, and hence its identity in the store.
+
+    ``lr`` defaults to the paper's rate for the dataset (``math_data.DATASETS``); ``lr_predictor`` to
+    ``lr``, as in the paper.
+    """
+
+    model: str
+    dataset: str
+    method: str
+    limit: int | None = None
+    seed: int = 0
+    max_new_tokens: int = 256
+    lr: float | None = None
+    lr_predictor: float | None = None
+    k: int = 8
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+
+    def __post_init__(self) -> None:
+        get_dataset(self.dataset)
+        get_recipe(self.method, "text")
+        if self.lr is None:
+            object.__setattr__(self, "lr", get_dataset(self.dataset).learning_rate)
+        self.config()  # checks k, max_new_tokens and the rates
+
+    def as_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values["lora_targets"] = list(self.lora_targets)
+        return values
+
+    @property
+    def run_id(self) -> str:
+        return run_id_for(self.as_dict())
+
+    def config(self) -> LMConfig:
+        return LMConfig(
+            lr=self.lr,
+            lr_predictor=self.lr_predictor,
+            k=self.k,
+            lora_rank=self.lora_rank,
+            lora_targets=tuple(self.lora_targets),
+            max_new_tokens=self.max_new_tokens,
+        )
+
+
+def execute_run(
+    spec: LanguageRunSpec, base: torch.nn.Module, tokenizer: Any, mirror: str | None, progress: bool
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """One (dataset, method) run from a copy of the pristine model; returns (metrics, curves)."""
+    problems = load_problems(spec.dataset, limit=spec.limit, seed=spec.seed, mirror=mirror)
+    torch.manual_seed(spec.seed)
+    adapter = LMAdapter(copy.deepcopy(base), spec.method, spec.config())
+    label = f"{spec.method}/{spec.dataset}"
+    with tqdm(total=len(problems), desc=label, disable=not progress, file=sys.stderr) as bar:
+        records = run_online(adapter, tokenizer, problems, progress=bar)
+    return summarise(records)
+
+
+def execute(
+    specs: Sequence[LanguageRunSpec], store: ResultStore, mirror: str | None = None, progress: bool = True
+) -> int:
+    """Run the specs not yet in ``store`` (loading each model once) and store each row as it finishes;
+    returns how many ran."""
+    todo = [spec for spec in specs if not store.has(spec.run_id)]
+    for model in dict.fromkeys(spec.model for spec in todo):
+        base, tokenizer = load_causal_lm(model)
+        env = environment(PACKAGES)
+        for spec in (s for s in todo if s.model == model):
+            metrics, curves = execute_run(spec, base, tokenizer, mirror, progress)
+            store.put(spec.run_id, KIND, spec.as_dict(), metrics, curves, env)
+    return len(todo)

@@ -1,0 +1,177 @@
+"""The protocols' streams over real images: which images, in which order, and which of them are scored.
+
+``zerosiam.protocols.streams`` gives index arrays; this module joins them to the images. It imports
+nothing from the benchmark, the methods, the corruptions or the zoo: the caller passes what a protocol
+needs (``load``, one domain's images by name; the mixed protocol's domain names; the source model's
+``predict`` for the blind spot). So the layers stay in order (the benchmark builds on the protocols, the
+protocols on plain arrays) and a stream can be built and tested on any data without a model zoo.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from zerosiam.protocols import seeding, streams
+
+PROTOCOLS = ("mild", "label_shift", "mixed", "bs1", "label_shift_bs1", "blind_spot", "noise_prefix", "epochs")
+BLIND_SPOT = "blind_spot"
+MIXED = "mixed"
+FROZEN_BATCH = 64  # the smallest batch the frozen scoring uses: no gradients, so bigger is just faster
+
+Domain = tuple[np.ndarray, np.ndarray]  # uint8 (N, H, W, 3) images and their (N,) labels
+Load = Callable[[str], Domain]
+Predict = Callable[[torch.Tensor], torch.Tensor]
+
+
+class StreamSpec(Protocol):
+    """What a protocol's stream depends on; ``zerosiam.bench.runner.RunSpec`` has it all.
+
+    ``corruption`` names the domain ``load`` is asked for (``"mixed"`` for the mixed protocol, which asks
+    for each of its domains instead); ``limit`` keeps a seeded subsample of each domain; ``stream_length``
+    sets T for label shift and the blind spot (default: the domain's size); ``noise`` is the noise-prefix
+    length and ``epochs`` the passes of the epochs protocol.
+    """
+
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def corruption(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def limit(self) -> int | None: ...
+    @property
+    def imbalance_ratio(self) -> float: ...
+    @property
+    def stream_length(self) -> int | None: ...
+    @property
+    def noise(self) -> int: ...
+    @property
+    def epochs(self) -> int: ...
+
+
+@dataclass
+class Stream:
+    """A run's data: domains of (images, labels), the ``(domain, index)`` rows in stream order, which
+    rows count towards accuracy, and the batch size. ``frozen_rows``, when set, are scored after the
+    stream by the adapted model without further updates (the blind-spot protocol), and only they count.
+    """
+
+    domains: list[Domain]
+    names: list[str]
+    rows: np.ndarray
+    evaluated: np.ndarray
+    batch_size: int
+    frozen_rows: np.ndarray | None = None
+
+
+def subsample(images: np.ndarray, labels: np.ndarray, limit: int | None, seed: int, *purpose: int) -> Domain:
+    """A seeded subset of ``limit`` samples, kept in their original order (all of them when ``limit`` is
+    None or not smaller). Without a ``purpose`` it is the run's ``limit`` draw, ``default_rng(seed)`` as
+    it always was (``seeding``); other subsets pass their own purpose so they do not pick the same images.
+    """
+    if limit is None or limit >= len(labels):
+        return images, labels
+    keep = np.sort(seeding.rng(seed, *purpose).permutation(len(labels))[:limit])
+    return images[keep], labels[keep]
+
+
+def _domain(spec: StreamSpec, load: Load, name: str) -> Domain:
+    return subsample(*load(name), spec.limit, spec.seed)
+
+
+def _single(order: np.ndarray) -> np.ndarray:
+    """Rows of a one-domain stream."""
+    return np.stack([np.zeros_like(order), order], axis=1)
+
+
+def build_stream(
+    spec: StreamSpec, load: Load, *, mixed_domains: Sequence[str] = (), predict: Predict | None = None
+) -> Stream:
+    """The stream of ``spec.protocol`` (``shared/docs/protocols.md``) over the images ``load`` gives.
+
+    ``load(name)`` returns one domain's uint8 ``(N, H, W, 3)`` images and labels. The mixed protocol
+    shuffles the ``mixed_domains`` together. The blind-spot stream is made of what the unadapted source
+    model gets wrong, so it needs that model's ``predict`` (float images in [0, 1] to logits); no other
+    protocol does.
+    """
+    if spec.protocol == MIXED:
+        if not mixed_domains:
+            raise ValueError("the mixed protocol shuffles several domains together: pass mixed_domains")
+        domains = [_domain(spec, load, name) for name in mixed_domains]
+        rows = streams.mixed([len(labels) for _, labels in domains], spec.seed)
+        return Stream(domains, list(mixed_domains), rows, np.ones(len(rows), bool), spec.batch_size)
+    domain = _domain(spec, load, spec.corruption)
+    labels = domain[1]
+    batch_size = 1 if spec.protocol.endswith("bs1") else spec.batch_size
+    if spec.protocol == BLIND_SPOT:
+        return _blind_spot_stream(spec, domain, predict)
+    if spec.protocol.startswith("label_shift"):
+        length = spec.stream_length or len(labels)
+        rows = _single(streams.label_shift(labels, spec.imbalance_ratio, spec.seed, length=length))
+        return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
+    if spec.protocol == "noise_prefix":
+        noise = pure_noise(spec.noise, domain[0].shape[1:], spec.seed)
+        rows = streams.noise_prefix(labels, spec.noise, spec.seed)
+        noise_domain = (noise, np.full(spec.noise, -1))
+        return Stream(
+            [noise_domain, domain], ["noise", spec.corruption], rows, rows[:, 0] == streams.DATA, batch_size
+        )
+    if spec.protocol == "epochs":
+        order, bounds = streams.epochs(lambda e: streams.epoch_order(labels, spec.seed, e), spec.epochs)
+        evaluated = np.arange(len(order)) >= bounds[-2]
+        return Stream([domain], [spec.corruption], _single(order), evaluated, batch_size)
+    rows = _single(streams.mild(labels, spec.seed))
+    return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
+
+
+def pure_noise(count: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """The paper's "pure Gaussian noise" images: every pixel N(127.5, 64²) grey levels, i.i.d., clipped to
+    uint8 (the paper gives no scale; ±2σ spans the 0–255 range, so about 5 % of values are clipped)."""
+    values = seeding.rng(seed, seeding.NOISE_IMAGES).normal(127.5, 64.0, (count, *shape))
+    return np.clip(np.rint(values), 0, 255).astype(np.uint8)
+
+
+def _blind_spot_stream(spec: StreamSpec, domain: Domain, predict: Predict | None) -> Stream:
+    """Adapt one image at a time on the source model's mistakes only, then score the whole set frozen.
+
+    The whole set is scored in the ``mild`` order, the same one a mild run of this seed sees.
+    """
+    if predict is None:
+        raise ValueError("the blind-spot stream is made of the source model's mistakes: pass it as predict")
+    shuffled = _single(streams.mild(domain[1], spec.seed))
+    source = Stream([domain], [spec.corruption], shuffled, np.ones(len(shuffled), bool), spec.batch_size)
+    wrong = np.zeros(len(domain[1]), bool)
+    wrong[shuffled[:, 1]] = ~frozen_hits(predict, source, shuffled)
+    rows = _single(streams.blind_spot(wrong, spec.stream_length or len(wrong), spec.seed))
+    return Stream([domain], [spec.corruption], rows, np.zeros(len(rows), bool), 1, frozen_rows=shuffled)
+
+
+def frozen_hits(predict: Predict, stream: Stream, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` ``predict`` classifies correctly: no gradients, batches of at least 64 images."""
+    hits = []
+    with torch.no_grad():
+        for a, b in itertools.pairwise(streams.batches(rows, max(stream.batch_size, FROZEN_BATCH))):
+            x, y = gather_batch(stream, rows[a:b])
+            hits.append(predict(x).argmax(1).numpy() == y)
+    return np.concatenate(hits) if hits else np.zeros(0, bool)
+
+
+def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+    """The images of ``rows`` as float ``(B, 3, H, W)`` in [0, 1], and their labels."""
+    if len(stream.domains) == 1:
+        images, labels = stream.domains[0]
+        index = rows[:, 1]
+        pixels, targets = images[index], labels[index]
+    else:
+        pixels = np.stack([stream.domains[d][0][i] for d, i in rows])
+        targets = np.array([stream.domains[d][1][i] for d, i in rows])
+    return torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2).float().div_(255), targets
