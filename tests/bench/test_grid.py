@@ -100,7 +100,7 @@ def test_ray_backend_gives_the_same_results_as_the_local_pool(tmp_path):
     specs = Grid(models=["resnet20"], methods=["tent", "zerosiam"], corruptions=["gaussian_noise"],
                  limit=128).specs()  # fmt: skip
     local, distributed = ResultStore(tmp_path / "local.db"), ResultStore(tmp_path / "ray.db")
-    assert execute(specs, local, backend="local", workers=1, progress=False) == 2
-    assert execute(specs, distributed, backend="ray", workers=2, progress=False) == 2
+    assert execute(specs, local, backend="local", workers=1, progress=False) == (2, [])
+    assert execute(specs, distributed, backend="ray", workers=2, progress=False) == (2, [])
     assert _rows(tmp_path / "local.db") == _rows(tmp_path / "ray.db")
-    assert execute(specs, distributed, backend="ray", progress=False) == 0  # nothing left to run
+    assert execute(specs, distributed, backend="ray", progress=False) == (0, [])  # nothing left to run

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from zerosiam.bench.store import DuplicateRunError, ResultStore, run_id_for
+from zerosiam.bench.store import DuplicateRunError, Failure, ResultStore, run_id_for
 
 SPEC = {"model": "m", "dataset": "d", "method": "tent", "lr": 1e-3, "targets": ["q", "v"]}
 
@@ -43,14 +43,29 @@ def test_put_get_round_trip(tmp_path):
         store.get("absent")
 
 
-def test_duplicate_is_an_error_unless_replace(tmp_path):
+def test_storing_a_stored_spec_again_is_a_no_op_and_another_spec_an_error(tmp_path):
     store = ResultStore(tmp_path / "r.db")
-    store.put("a", "llm", SPEC, {"accuracy": 0.1})
-    with pytest.raises(DuplicateRunError):
-        store.put("a", "llm", SPEC, {"accuracy": 0.9})
-    assert store.get("a")["metrics"]["accuracy"] == 0.1
-    store.put("a", "llm", SPEC, {"accuracy": 0.9}, replace=True)
+    assert store.put("a", "llm", SPEC, {"accuracy": 0.1}) is True
+    assert store.put("a", "llm", dict(reversed(SPEC.items())), {"accuracy": 0.9}) is False  # already stored
+    assert store.get("a")["metrics"]["accuracy"] == 0.1  # the first writer's row stands
+    with pytest.raises(DuplicateRunError, match="different spec"):
+        store.put("a", "llm", {**SPEC, "lr": 5.0}, {"accuracy": 0.9})
+    assert store.put("a", "llm", SPEC, {"accuracy": 0.9}, replace=True) is True
     assert store.get("a")["metrics"]["accuracy"] == 0.9 and len(store) == 1
+
+
+def test_failures_are_recorded_apart_and_cleared_by_a_success(tmp_path):
+    store = ResultStore(tmp_path / "r.db")
+    try:
+        raise RuntimeError("boom\nsecond line")
+    except RuntimeError as error:
+        store.put_failure("a", "vision", Failure.of(SPEC, error))
+    assert not store.has("a") and len(store) == 0  # a failure is not a result: a rerun retries it
+    [failure] = store.failures("vision")
+    assert failure["error"] == "RuntimeError: boom" and failure["spec"] == SPEC
+    assert "Traceback" in failure["traceback"] and "second line" in failure["traceback"]
+    store.put("a", "vision", SPEC, {"accuracy": 0.5})
+    assert store.failures() == [] and store.has("a")
 
 
 def test_rows_filter_by_kind_and_survive_reopening(tmp_path):
@@ -93,6 +108,7 @@ def _write_many(path: str, worker: int) -> None:
     store = ResultStore(path)
     for index in range(20):
         store.put(f"{worker}-{index}", "llm", {"w": worker, "i": index}, {"accuracy": index / 20})
+        store.put(f"shared-{index}", "llm", {"i": index}, {"accuracy": index / 20})  # every worker: once
 
 
 def test_concurrent_writers_lose_nothing(tmp_path):
@@ -107,4 +123,4 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     for process in workers:
         process.join(60)
         assert process.exitcode == 0
-    assert len(ResultStore(path)) == 60
+    assert len(ResultStore(path)) == 60 + 20

@@ -7,12 +7,15 @@ driver writes to the SQLite store, one atomic row per finished run. A grid that 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
-from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import signal
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,25 @@ from tqdm import tqdm
 
 from zerosiam import corruptions
 from zerosiam.bench.runner import Result, RunSpec, run
-from zerosiam.bench.store import ResultStore
-from zerosiam.corruptions.datasets import load_corrupted
-from zerosiam.methods import get_recipe
-from zerosiam.protocols import MIXED
+from zerosiam.bench.store import Failure, ResultStore, signals_deferred
+from zerosiam.corruptions.datasets import SEVERITIES, SOURCES, load_corrupted
+from zerosiam.methods import get_recipe, options_of
+from zerosiam.protocols import MIXED, PROTOCOLS
+from zerosiam.zoo import MODELS
+from zerosiam.zoo.specs import SYNTAX, is_spec
 
 KIND = "vision"
+
+
+class GridError(ValueError):
+    """A grid that cannot run as asked; the message names the value and the choices."""
+
+
+def _choose(what: str, values: Iterable[Any], choices: Iterable[Any]) -> None:
+    choices = list(choices)
+    for value in values:
+        if value not in choices:
+            raise GridError(f"unknown {what} {value!r}; choose one of {', '.join(map(str, choices))}")
 
 
 @dataclass
@@ -63,6 +79,35 @@ class Grid:
         import yaml
 
         return cls.from_mapping(yaml.safe_load(Path(path).read_text()) or {})
+
+    def validate(self) -> None:
+        """Refuse, in one line naming the value and the choices, anything that would fail only once
+        workers run: unknown names, out-of-range numbers, options a method does not take."""
+        for model in self.models:
+            if model not in MODELS and not is_spec(model):
+                specs = ", ".join(SYNTAX)
+                raise GridError(
+                    f"unknown model {model!r}; choose one of {', '.join(MODELS)} or a spec: {specs}"
+                )
+        for method in self.methods:
+            try:
+                get_recipe(method)
+            except ValueError as error:
+                raise GridError(str(error)) from None
+        _choose("dataset", [self.dataset], sorted(SOURCES))
+        _choose("corruption", self.corruptions, corruptions.ALL)
+        _choose("protocol", self.protocols, PROTOCOLS)
+        _choose("severity", self.severities, SEVERITIES)
+        for name, value in (("batch size", self.batch_size), ("limit", self.limit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise GridError(f"{name} must be a positive integer, got {value!r}")
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise GridError(f"seeds must be non-negative integers, got {self.seeds}")
+        for method in self.methods:
+            accepted = options_of(method)
+            for option in sorted({*self.hparams, *self.sweep} - accepted):
+                takes = ", ".join(sorted(accepted))
+                raise GridError(f"option {option!r} does not apply to method {method!r}; it takes {takes}")
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h."""
@@ -104,6 +149,10 @@ def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
     return list(seen.values())
 
 
+Outcome = tuple[dict[str, Any], dict, dict, dict] | Failure
+Sink = Callable[[Outcome], None]
+
+
 def _execute(spec_values: dict[str, Any], threads: int) -> tuple[dict[str, Any], dict, dict, dict]:
     """Worker entry point: one run with ``threads`` intra-op threads (picklable, for pools and Ray)."""
     import torch
@@ -111,6 +160,14 @@ def _execute(spec_values: dict[str, Any], threads: int) -> tuple[dict[str, Any],
     torch.set_num_threads(threads)
     result: Result = run(RunSpec.from_dict(spec_values))
     return spec_values, result.metrics, result.curves, result.env
+
+
+def _attempt(spec_values: dict[str, Any], threads: int) -> Outcome:
+    """``_execute``, with an exception turned into a ``Failure`` so that one bad run never ends a grid."""
+    try:
+        return _execute(spec_values, threads)
+    except Exception as error:
+        return Failure.of(spec_values, error)
 
 
 def prepare_data(specs: Iterable[RunSpec]) -> None:
@@ -124,6 +181,7 @@ def prepare_data(specs: Iterable[RunSpec]) -> None:
 
 
 def pending(specs: Iterable[RunSpec], store: ResultStore) -> list[RunSpec]:
+    """The runs with no stored result: never run, interrupted, or failed before."""
     return [spec for spec in specs if not store.has(spec.run_id)]
 
 
@@ -135,43 +193,138 @@ def execute(
     threads: int = 1,
     address: str | None = None,
     progress: bool = True,
-) -> int:
-    """Run the specs that have no row yet; return how many ran. Rows are written as runs finish."""
+) -> tuple[int, list[Failure]]:
+    """Run the specs that have no row yet, writing each result as it finishes and each failure as it
+    happens; returns how many ran and the failures. A failed run does not stop the others."""
     todo = pending(specs, store)
     if not todo:
-        return 0
-    prepare_data(todo)
+        return 0, []
     runner = BACKENDS.get(backend)
     if runner is None:
         raise ValueError(f"unknown backend {backend!r}; choose one of {sorted(BACKENDS)}")
+    prepare_data(todo)
+    failures = []
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", disable=not progress)
-    for spec_values, metrics, curves, env in runner(todo, workers, threads, address):
-        store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
+
+    def store_outcome(outcome: Outcome) -> None:
+        """Called by the backend with signals deferred: a run that finished is stored, whatever comes."""
+        if isinstance(outcome, Failure):
+            store.put_failure(RunSpec.from_dict(outcome.spec).run_id, KIND, outcome)
+            failures.append(outcome)
+        else:
+            spec_values, metrics, curves, env = outcome
+            store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
         bar.update(1)
+
+    runner(todo, workers, threads, address, store_outcome)
     bar.close()
-    return len(todo)
+    return len(todo), failures
 
 
 def default_workers(threads: int) -> int:
     return max(1, (os.cpu_count() or 1) // threads)
 
 
+def _worker(connection: Connection, threads: int) -> None:
+    """A local worker process: runs the specs it is sent, one at a time, and sends back each outcome.
+    Ctrl-C reaches the whole process group; the driver handles it and stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while (spec_values := connection.recv()) is not None:
+        connection.send(_attempt(spec_values, threads))
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    connection: Connection
+    spec: dict[str, Any] | None = None  # what it is running now
+
+
 def _run_local(
-    todo: list[RunSpec], workers: int | None, threads: int, _address: str | None
-) -> Iterator[tuple]:
-    """A spawn-based pool (no fork of a threaded torch); each run resets the peak-memory mark it reports."""
+    todo: list[RunSpec], workers: int | None, threads: int, _address: str | None, sink: Sink
+) -> None:
+    """Worker processes (spawned: no fork of a threaded torch), each handed one run at a time.
+
+    The driver knows which run each worker holds, so a worker that dies (SIGKILL, out of memory) fails
+    exactly that run; a fresh worker takes its place and the grid goes on. Only the wait for workers can
+    be interrupted (Ctrl-C, SIGTERM): what has arrived is stored first. On any exit the workers stop.
+    """
     context = multiprocessing.get_context("spawn")
+    queue = deque(spec.as_dict() for spec in todo)
     size = min(workers or default_workers(threads), len(todo))
-    with ProcessPoolExecutor(size, mp_context=context) as pool:
-        futures = {pool.submit(_execute, spec.as_dict(), threads) for spec in todo}
-        while futures:
-            done, futures = wait(futures, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield future.result()
+
+    def start() -> _Worker:
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_worker, args=(theirs, threads), daemon=True)
+        process.start()
+        theirs.close()
+        return _Worker(process, ours)
+
+    pool: list[_Worker] = []
+    try:
+        pool.extend(start() for _ in range(size))
+        while queue or any(w.spec is not None for w in pool):
+            for index, worker in enumerate(pool):
+                if worker.spec is None and queue:
+                    if not worker.process.is_alive():  # died between runs: nothing of ours was lost
+                        _stop(worker)
+                        pool[index] = worker = start()
+                    worker.spec = queue.popleft()
+                    worker.connection.send(worker.spec)
+            busy = [w for w in pool if w.spec is not None]
+            wait([*(w.connection for w in busy), *(w.process.sentinel for w in busy)])
+            with signals_deferred():
+                for index, worker in enumerate(pool):
+                    outcome = _collect(worker)
+                    if outcome is None:
+                        continue
+                    worker.spec = None
+                    if isinstance(outcome, Failure) and not worker.process.is_alive():
+                        worker.connection.close()
+                        pool[index] = start()
+                    sink(outcome)
+    finally:
+        for worker in pool:
+            _stop(worker)
 
 
-def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: str | None) -> Iterator[tuple]:
-    """One Ray task per run; the driver collects results as they finish and writes them."""
+def _collect(worker: _Worker) -> Outcome | None:
+    """The outcome of the worker's run if there is one now: its result, or a ``Failure`` if it died."""
+    if worker.spec is None:
+        return None
+    try:
+        if worker.connection.poll():
+            return worker.connection.recv()
+    except (EOFError, OSError):
+        pass
+    else:
+        if worker.process.is_alive():
+            return None
+    worker.process.join()
+    return Failure(worker.spec, f"the worker process died ({_death(worker.process.exitcode)})", "")
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        return f"killed by {name}" + (", out of memory?" if name == "SIGKILL" else "")
+    return f"exit code {exitcode}"
+
+
+def _stop(worker: _Worker) -> None:
+    if worker.process.is_alive():
+        with contextlib.suppress(OSError, BrokenPipeError):
+            worker.connection.send(None)
+        worker.process.join(timeout=0 if worker.spec is not None else 5)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+    worker.connection.close()
+
+
+def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: str | None, sink: Sink) -> None:
+    """One Ray task per run; the driver collects results as they finish and writes them. A task that
+    raises, or whose worker dies, is a ``Failure`` of that run."""
     try:
         import ray
     except ImportError:
@@ -185,20 +338,30 @@ def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: st
             log_to_driver=False,
         )
     try:
-        task = ray.remote(num_cpus=threads, max_retries=2)(_execute)
-        refs = [task.remote(spec.as_dict(), threads) for spec in todo]
+        task = ray.remote(num_cpus=threads, max_retries=0)(_attempt)
+        specs = {task.remote(spec.as_dict(), threads): spec.as_dict() for spec in todo}
+        refs = list(specs)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
-            yield ray.get(done[0])
+            with signals_deferred():
+                try:
+                    outcome = ray.get(done[0])
+                except Exception as error:  # the task's worker died (ray.exceptions.WorkerCrashedError, ...)
+                    outcome = Failure.of(specs[done[0]], error)
+                sink(outcome)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run_inline(todo: list[RunSpec], _workers: int | None, threads: int, _address: str | None) -> Iterator:
+def _run_inline(
+    todo: list[RunSpec], _workers: int | None, threads: int, _address: str | None, sink: Sink
+) -> None:
     """Runs one after another in this process: for debugging and tests (peak memory is the process's)."""
     for spec in todo:
-        yield _execute(spec.as_dict(), threads)
+        outcome = _attempt(spec.as_dict(), threads)
+        with signals_deferred():
+            sink(outcome)
 
 
 BACKENDS = {"local": _run_local, "ray": _run_ray, "inline": _run_inline}

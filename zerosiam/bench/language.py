@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from zerosiam.bench.environment import environment
-from zerosiam.bench.store import ResultStore, run_id_for
+from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_deferred
 from zerosiam.llm.adapter import LMAdapter, LMConfig
 from zerosiam.llm.loop import run_online, summarise
 from zerosiam.llm.math_data import get_dataset, load_problems
@@ -92,14 +92,22 @@ def execute_run(
 
 def execute(
     specs: Sequence[LanguageRunSpec], store: ResultStore, mirror: str | None = None, progress: bool = True
-) -> int:
-    """Run the specs not yet in ``store`` (loading each model once) and store each row as it finishes;
-    returns how many ran."""
+) -> list[Failure]:
+    """Run the specs not yet in ``store`` (loading each model once), storing each row as it finishes
+    and each failure as it happens; returns the failures. A failed run does not stop the others."""
     todo = [spec for spec in specs if not store.has(spec.run_id)]
+    failures = []
     for model in dict.fromkeys(spec.model for spec in todo):
         base, tokenizer = load_causal_lm(model)
         env = environment(PACKAGES)
         for spec in (s for s in todo if s.model == model):
-            metrics, curves = execute_run(spec, base, tokenizer, mirror, progress)
-            store.put(spec.run_id, KIND, spec.as_dict(), metrics, curves, env)
-    return len(todo)
+            try:
+                metrics, curves = execute_run(spec, base, tokenizer, mirror, progress)
+            except Exception as error:
+                failures.append(Failure.of(spec.as_dict(), error))
+                with signals_deferred():
+                    store.put_failure(spec.run_id, KIND, failures[-1])
+                continue
+            with signals_deferred():
+                store.put(spec.run_id, KIND, spec.as_dict(), metrics, curves, env)
+    return failures

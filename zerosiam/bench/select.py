@@ -61,7 +61,11 @@ def select_on_held_out(
     )
     specs = grid.specs()
     assert not {s.corruption for s in specs} & set(corruptions.BENCHMARK)  # held out by construction
-    execute(specs, store, **execution)
+    _, failures = execute(specs, store, **execution)
+    if failures:
+        raise RuntimeError(
+            f"{len(failures)} selection run(s) failed, e.g. {failures[0].error}; see the store"
+        )
     wanted = {s.run_id for s in specs}
     accuracies: dict[tuple[str, str], list[float]] = defaultdict(list)
     hparams_of: dict[str, dict[str, Any]] = {}

@@ -5,8 +5,18 @@ it runs. One file with transactions gives all of that with the standard library 
 readers work while a writer commits, and each ``put`` is a single transaction, so a row is either
 absent or complete and a killed run never leaves half a result behind.
 
-A run is keyed by ``run_id``, normally ``run_id_for(spec)``: the sha256 of the spec's canonical JSON,
-so the same spec always maps to the same row and a resumed grid can skip what it has (``has``).
+What the store guarantees, for any number of processes on one machine writing to one file (two
+``zerosiam bench`` commands, a sweep launched twice, two Ray drivers):
+
+* **Nothing finished is lost.** Writers wait for each other (a busy timeout, then retries with
+  back-off) instead of failing; every ``put`` either lands whole or raises.
+* **A run is stored once.** A run is keyed by ``run_id``, normally ``run_id_for(spec)``: the sha256 of
+  the spec's canonical JSON. Storing a run whose spec is already stored is a no-op that says so
+  (``put`` returns False): the same spec gives the same result, so the second writer has nothing to add.
+* **Failures are recorded.** A run that raised, or whose worker was killed, is kept in the ``failures``
+  table with its error and traceback; it is not a result, so a rerun retries it, and a success
+  removes its failure row.
+
 The schema is deliberately generic (``kind`` tells vision from language rows; the spec, metrics,
 curves and environment are JSON documents) so every benchmark of the project can share it.
 """
@@ -15,14 +25,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import signal
 import sqlite3
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -32,13 +48,58 @@ CREATE TABLE IF NOT EXISTS runs (
     env JSON NOT NULL,
     created REAL NOT NULL
 )
-"""
+""",
+    """
+CREATE TABLE IF NOT EXISTS failures (
+    run_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    spec JSON NOT NULL,
+    error TEXT NOT NULL,
+    traceback TEXT NOT NULL,
+    created REAL NOT NULL
+)
+""",
+)
 _COLUMNS = ("run_id", "kind", "spec", "metrics", "curves", "env", "created")
 _JSON_COLUMNS = ("spec", "metrics", "curves", "env")
+_FAILURE_COLUMNS = ("run_id", "kind", "spec", "error", "traceback", "created")
+_ATTEMPTS = 8  # retries of a transaction that found the database locked, after the busy timeout
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A run that did not finish: its spec, its error in one line, and the traceback (or how it died)."""
+
+    spec: dict[str, Any]
+    error: str
+    traceback: str = ""
+
+    @classmethod
+    def of(cls, spec: dict[str, Any], error: BaseException) -> Failure:
+        """The failure of ``spec`` by ``error``, with the traceback being handled now."""
+        lines = str(error).strip().splitlines()
+        first = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        return cls(spec, first, traceback.format_exc())
 
 
 class DuplicateRunError(KeyError):
-    """A row with this ``run_id`` exists and the caller did not ask to replace it."""
+    """A different spec was stored under this ``run_id``: two runs were given one identity."""
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends: a result that has arrived is stored before the
+    process answers a Ctrl-C or a ``kill``. (A pending signal is delivered on leaving the block.)
+    Where signals cannot be masked (not POSIX, or not the main thread) the block runs as it is."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def canonical_json(value: Any) -> str:
@@ -75,9 +136,7 @@ class ResultStore:
         if not self.path.parent.exists():
             raise FileNotFoundError(f"folder {self.path.parent} of the result store does not exist")
         self.timeout = timeout
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(_SCHEMA)
+        self._write(lambda db: [db.execute(table) for table in _SCHEMA], wal=True)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -89,6 +148,34 @@ class ResultStore:
         finally:
             db.close()
 
+    def _write(self, transaction: Any, wal: bool = False) -> Any:
+        """Run ``transaction(db)`` as one write transaction, retried while another writer holds the lock.
+
+        ``BEGIN IMMEDIATE`` takes the write lock up front, so two writers never both read and then both
+        try to upgrade (which SQLite resolves by failing one of them at once, busy timeout or not).
+        """
+        for attempt in range(_ATTEMPTS):
+            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            try:
+                if wal:
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = transaction(db)
+                    db.execute("COMMIT")
+                    return result
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as error:
+                contended = "locked" in str(error) or "busy" in str(error)
+                if not contended or attempt == _ATTEMPTS - 1:
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (1 + random.random()))
+            finally:
+                db.close()
+        raise AssertionError("unreachable")
+
     def put(
         self,
         run_id: str,
@@ -98,30 +185,64 @@ class ResultStore:
         curves: dict[str, Any] | None = None,
         env: dict[str, Any] | None = None,
         replace: bool = False,
-    ) -> None:
-        """Write one run in a single transaction.
+    ) -> bool:
+        """Write one run in a single transaction; True when written, False when already stored.
 
-        Raises ``DuplicateRunError`` when ``run_id`` is already stored, unless ``replace=True``: a
-        silent overwrite would hide that two different runs were given the same identity.
+        A row with this ``run_id`` and the same spec is left as it is (the same spec gives the same
+        result; the first writer's row stands) unless ``replace=True``. A row with this ``run_id`` and
+        a different spec raises ``DuplicateRunError``: two different runs were given one identity.
+        Storing a run clears any failure recorded for it.
         """
         if not run_id or not isinstance(run_id, str):
             raise ValueError("run_id must be a non-empty string")
+        spec_json = canonical_json(spec)
         values = (
             run_id,
             kind,
-            canonical_json(spec),
+            spec_json,
             canonical_json(metrics),
             canonical_json(curves or {}),
             canonical_json(env or {}),
             time.time(),
         )
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
-        try:
-            with self._connect() as db:
-                db.execute(f"{verb} INTO runs ({', '.join(_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)", values)
-        except sqlite3.IntegrityError:
-            message = f"run {run_id} is already stored; pass replace=True to overwrite"
-            raise DuplicateRunError(message) from None
+
+        def transaction(db: sqlite3.Connection) -> bool:
+            stored = db.execute("SELECT spec FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if stored is not None and not replace:
+                if canonical_json(json.loads(stored[0])) != spec_json:
+                    raise DuplicateRunError(f"run {run_id} is stored with a different spec")
+                return False
+            db.execute(
+                f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)", values
+            )
+            db.execute("DELETE FROM failures WHERE run_id = ?", (run_id,))
+            return True
+
+        return self._write(transaction)
+
+    def put_failure(self, run_id: str, kind: str, failure: Failure) -> None:
+        """Record that a run failed (its error in one line and its traceback); a later success clears it."""
+        values = (run_id, kind, canonical_json(failure.spec), failure.error, failure.traceback, time.time())
+        columns = ", ".join(_FAILURE_COLUMNS)
+        self._write(
+            lambda db: db.execute(
+                f"INSERT OR REPLACE INTO failures ({columns}) VALUES (?, ?, ?, ?, ?, ?)", values
+            )
+        )
+
+    def failures(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The recorded failures (of one ``kind`` when given), oldest first, the spec decoded."""
+        query = f"SELECT {', '.join(_FAILURE_COLUMNS)} FROM failures"
+        params: tuple[Any, ...] = ()
+        if kind is not None:
+            query += " WHERE kind = ?"
+            params = (kind,)
+        with self._connect() as db:
+            found = db.execute(query + " ORDER BY created, run_id", params).fetchall()
+        rows = [dict(zip(_FAILURE_COLUMNS, row, strict=True)) for row in found]
+        for row in rows:
+            row["spec"] = json.loads(row["spec"])
+        return rows
 
     def has(self, run_id: str) -> bool:
         with self._connect() as db:

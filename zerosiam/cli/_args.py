@@ -11,3 +11,22 @@ def csv_list(text: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list")
     return items
+
+
+def positive_int(text: str) -> int:
+    """A whole number above zero (counts, sizes, limits)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of whole numbers."""
+    try:
+        return [int(item) for item in csv_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None

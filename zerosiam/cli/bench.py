@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import sys
 from pathlib import Path
 from typing import Any
 
-from zerosiam.cli._args import csv_list
+from zerosiam.cli._args import csv_list, int_list, positive_int
+from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
 
 
 def _value(text: str) -> Any:
@@ -28,7 +30,7 @@ def _assignments(items: list[str], many: bool) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"expected key=value, got {item!r}")
+            raise UsageError(f"expected key=value, got {item!r}")
         out[key.strip()] = [_value(v) for v in csv_list(value)] if many else _value(value)
     return out
 
@@ -47,13 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--methods", type=csv_list)
     parser.add_argument("--dataset")
     parser.add_argument("--corruptions", help="comma-separated names, or 'benchmark' for all 15")
-    parser.add_argument(
-        "--severity", "--severities", dest="severities", type=lambda t: [int(s) for s in csv_list(t)]
-    )
+    parser.add_argument("--severity", "--severities", dest="severities", type=int_list)
     parser.add_argument("--protocols", type=csv_list)
-    parser.add_argument("--seeds", type=lambda t: [int(s) for s in csv_list(t)])
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--limit", type=int, help="use this many images of each corruption (seeded subset)")
+    parser.add_argument("--seeds", type=int_list)
+    parser.add_argument("--batch-size", type=positive_int)
+    parser.add_argument(
+        "--limit", type=positive_int, help="use this many images of each corruption (seeded subset)"
+    )
     parser.add_argument(
         "--set",
         dest="hparams",
@@ -72,19 +74,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
     parser.add_argument("--backend", choices=("local", "ray", "inline"), default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    parser.add_argument("--workers", type=int, help="parallel runs (default: cores / threads)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--workers", type=positive_int, help="parallel runs (default: cores / threads)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads per run")
     parser.add_argument("--no-report", action="store_true", help="do not print the table at the end")
     parser.set_defaults(func=main)
 
 
 def grid_from_args(args: argparse.Namespace):
+    """The grid the flags (over the YAML file, if any) ask for, checked: a bad value is a ``UsageError``."""
     from zerosiam.bench.grid import Grid
 
     values: dict[str, Any] = {}
     if args.grid:
         import yaml
 
+        if not args.grid.is_file():
+            raise UsageError(f"grid file {str(args.grid)!r} does not exist")
         values.update(yaml.safe_load(args.grid.read_text()) or {})
     flags = {
         "models": args.models,
@@ -103,24 +108,34 @@ def grid_from_args(args: argparse.Namespace):
     values["sweep"] = {**values.get("sweep", {}), **_assignments(args.sweep, many=True)}
     values.setdefault("models", ["resnet20"])
     values.setdefault("methods", ["noadapt", "tent", "zerosiam"])
-    return Grid.from_mapping(values)
+    try:
+        grid = Grid.from_mapping(values)
+        grid.validate()
+        return grid
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.grid import KIND, execute
     from zerosiam.bench.store import ResultStore
 
-    grid = grid_from_args(args)
+    grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     specs = grid.specs()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
-    ran = execute(
-        specs, store, backend=args.backend, workers=args.workers, threads=args.threads, address=args.address
-    )
+    try:
+        with interruptible():
+            ran, failures = execute(
+                specs, store, args.backend, args.workers, args.threads, args.address, progress=True
+            )
+    except Interrupted as stop:
+        print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
+        raise
     print(f"{ran} run(s) executed, {len(specs) - ran} already in {args.db}")
     if not args.no_report:
         from zerosiam.bench.report import build_tables, to_markdown
 
         wanted = {spec.run_id for spec in specs}
         print(to_markdown(build_tables([row for row in store.rows(KIND) if row["run_id"] in wanted])))
-    return 0
+    return report_failures(failures)

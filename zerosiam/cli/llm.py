@@ -14,14 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from zerosiam.cli._args import csv_list
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
+from zerosiam.cli._args import csv_list, positive_int
+from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,15 +28,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m or a local Hugging Face folder")
     parser.add_argument("--dataset", "--datasets", dest="datasets", type=csv_list, default=["math500"])
     parser.add_argument("--methods", type=csv_list, default=["noadapt", "tent", "zerosiam"])
-    parser.add_argument("--limit", type=_positive, help="a seeded random subset of this many questions")
+    parser.add_argument("--limit", type=positive_int, help="a seeded random subset of this many questions")
     parser.add_argument("--seed", type=int, default=0, help="subset draw and LoRA initialisation")
-    parser.add_argument("--max-new-tokens", type=_positive, default=256)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=256)
     parser.add_argument("--lr", type=float, help="η_f (and η_h); default: the paper's rate for the dataset")
     parser.add_argument("--lr-predictor", type=float, help="η_h when it should differ from --lr")
-    parser.add_argument("--k", type=_positive, default=8, help="adapt on the first k generated tokens")
-    parser.add_argument("--lora-rank", type=_positive, default=8)
+    parser.add_argument("--k", type=positive_int, default=8, help="adapt on the first k generated tokens")
+    parser.add_argument("--lora-rank", type=positive_int, default=8)
     parser.add_argument("--lora-targets", type=csv_list, default=["q_proj", "v_proj"])
-    parser.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--mirror", help="folder holding math/*.jsonl (default: the project's data mirror)")
     parser.add_argument("--db", type=Path, default=Path("runs/llm.db"))
     parser.add_argument("--no-progress", action="store_true")
@@ -56,8 +50,34 @@ def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.language_table import markdown_table
     from zerosiam.bench.store import ResultStore
 
-    specs = [  # built (and so checked) before the slow model load
-        LanguageRunSpec(
+    try:
+        specs = [LanguageRunSpec(**values) for values in _spec_values(args)]  # checked before the model loads
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.db.parent.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(args.db)
+    pending = sum(not store.has(spec.run_id) for spec in specs)
+    print(f"{pending} run(s) to do, {len(specs) - pending} already in {args.db}", file=sys.stderr)
+    try:
+        with interruptible():
+            failures = execute(specs, store, args.mirror, progress=not args.no_progress)
+    except Interrupted as stop:
+        print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
+        raise
+    ids = {spec.run_id for spec in specs}
+    rows = [row for row in store.rows(kind=KIND) if row["run_id"] in ids]
+    print("Accuracy (%)\n")
+    print(markdown_table(rows, datasets=args.datasets))
+    print("\nSeconds per question (generation + update)\n")
+    print(markdown_table(rows, metric="seconds_per_question", scale=1.0, digits=2, datasets=args.datasets))
+    return report_failures(failures)
+
+
+def _spec_values(args: argparse.Namespace) -> list[dict]:
+    return [
+        dict(
             model=args.model,
             dataset=dataset,
             method=method,
@@ -73,17 +93,3 @@ def main(args: argparse.Namespace) -> int:
         for dataset in args.datasets
         for method in args.methods
     ]
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    args.db.parent.mkdir(parents=True, exist_ok=True)
-    store = ResultStore(args.db)
-    pending = sum(not store.has(spec.run_id) for spec in specs)
-    print(f"{pending} run(s) to do, {len(specs) - pending} already in {args.db}", file=sys.stderr)
-    execute(specs, store, args.mirror, progress=not args.no_progress)
-    ids = {spec.run_id for spec in specs}
-    rows = [row for row in store.rows(kind=KIND) if row["run_id"] in ids]
-    print("Accuracy (%)\n")
-    print(markdown_table(rows, datasets=args.datasets))
-    print("\nSeconds per question (generation + update)\n")
-    print(markdown_table(rows, metric="seconds_per_question", scale=1.0, digits=2, datasets=args.datasets))
-    return 0

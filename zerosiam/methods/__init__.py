@@ -78,6 +78,15 @@ def get_recipe(method: str | Recipe, modality: Modality = "image") -> Recipe:
 
 _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
 _RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
+_ADAPT_OPTIONS = {"lr", "predictor_lr", "momentum", "batch_size", "head", "lr_scale"}
+
+
+def options_of(method: str | Recipe) -> set[str]:
+    """Every keyword ``adapt`` takes with ``method``: its own (rates, batch size, head), the recipe's
+    fields, ZeroSiam's asymmetry options when the recipe has a predictor, and what its parts prepare on."""
+    recipe = get_recipe(method)
+    options = _ADAPT_OPTIONS | _RECIPE_FIELDS | prepare_options(recipe)
+    return options | _ASYMMETRY_FIELDS if recipe.asymmetry is not None else options
 
 
 def _apply_overrides(recipe: Recipe, overrides: dict) -> tuple[Recipe, dict]:
@@ -147,5 +156,6 @@ __all__ = [
     "adapt",
     "available_methods",
     "get_recipe",
+    "options_of",
     "register",
 ]
