@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -83,3 +84,59 @@ def test_sha256_file_reads_in_chunks_and_matches_hashlib(tmp_path: Path) -> None
     empty = tmp_path / "empty"
     empty.write_bytes(b"")
     assert sha256_file(empty) == hashlib.sha256(b"").hexdigest()
+
+
+# --- checked caches -------------------------------------------------------------------------------
+
+
+def _cached_array(tmp_path, values=(1, 2, 3)):
+    path = tmp_path / "cache" / "a.npy"
+    array = np.array(values, dtype=np.uint8)
+    files.write_checked(path, lambda handle: np.save(handle, array), shape=list(array.shape), dtype="uint8")
+    return path
+
+
+def test_a_checked_cache_file_is_intact_until_damaged(tmp_path, caplog):
+    path = _cached_array(tmp_path)
+    record = json.loads(files.check_path(path).read_text())
+    assert record["size"] == path.stat().st_size and record["shape"] == [3] and record["dtype"] == "uint8"
+    assert files.intact(path, shape=[3], dtype="uint8")
+    assert not files.intact(tmp_path / "never-built.npy") and not caplog.records  # absent: no warning
+    with open(path, "r+b") as handle:  # as a full disk or a killed copy would leave it
+        handle.truncate(path.stat().st_size - 2)
+    assert not files.intact(path, shape=[3], dtype="uint8")
+    assert not path.exists() and not files.check_path(path).exists()  # removed, to be rebuilt
+    [warning] = caplog.records
+    assert str(path) in warning.getMessage() and "where" in warning.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-1] + b"\x09"), "content differs"),
+        (lambda p: files.check_path(p).unlink(), "no check record"),
+        (lambda p: files.check_path(p).write_text("{"), "unreadable"),
+    ],
+)
+def test_every_kind_of_damage_is_named(tmp_path, damage, reason):
+    path = _cached_array(tmp_path)
+    damage(path)
+    assert reason in files.damage(path)
+
+
+def test_facts_that_differ_from_the_expected_ones_are_damage(tmp_path):
+    path = _cached_array(tmp_path)
+    assert "shape [3] where [4] is expected" in files.damage(path, shape=[4])
+
+
+def test_a_checked_folder_is_intact_until_one_of_its_files_changes(tmp_path, caplog):
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"\x00" * 64)
+    (folder / "sub" / "config.json").write_text("{}")
+    files.write_manifest(folder)
+    assert files.intact_folder(folder)
+    (folder / "sub" / "config.json").write_text('{"x": 1}')
+    assert not files.intact_folder(folder) and not folder.exists()
+    assert "sub/config.json differs" in caplog.records[0].getMessage()
+    assert not files.intact_folder(tmp_path / "absent")

@@ -195,7 +195,7 @@ def test_imagenet_c_folders(tmp_path: Path, cache: Path) -> None:
     assert images.shape == (3, 16, 16, 3)
     assert images[2, 8, 8].argmax() == 2 and images[0, 8, 8].argmax() == 0
     again = sources.read_imagenet_c(root, "snow", 5)
-    assert np.array_equal(again[0], images) and len(list((cache / "decoded").glob("imagenet-c-*"))) == 1
+    assert np.array_equal(again[0], images) and len(list((cache / "decoded").glob("imagenet-c-*.npz"))) == 1
     with pytest.raises(FileNotFoundError, match="fog"):
         sources.read_imagenet_c(root, "fog", 5)
 

@@ -132,7 +132,8 @@ def main(args: argparse.Namespace) -> int:
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise
-    print(f"{ran} run(s) executed, {len(specs) - ran} already in {args.db}")
+    failed = f", {len(failures)} failed" if failures else ""
+    print(f"{ran - len(failures)} run(s) executed{failed}, {len(specs) - ran} already in {args.db}")
     if not args.no_report:
         from zerosiam.bench.report import build_tables, to_markdown
 

