@@ -40,3 +40,22 @@ def batch_of(logits: torch.Tensor, **fields) -> Batch:
 
 def norm_params(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+class CifarToy(nn.Module):
+    """A small GroupNorm classifier of 32×32 RGB images into 10 classes: a user's own model, built by
+    ``builder:tests.toys:cifar_toy`` (it carries no normalization of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.norm(self.conv(x))).mean((2, 3)))
+
+
+def cifar_toy() -> CifarToy:
+    torch.manual_seed(0)
+    return CifarToy()

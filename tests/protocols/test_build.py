@@ -126,8 +126,12 @@ def test_blind_spot_adapts_on_the_source_models_mistakes_only() -> None:
 def test_frozen_hits_and_gather_batch_follow_the_rows() -> None:
     stream = build_stream(Spec(protocol="mixed", corruption="mixed"), load, mixed_domains=DOMAINS)
     rows = stream.rows[:7]
-    x, y = build.gather_batch(stream, rows)
+    pixels, y = build.gather_batch(stream, rows)
+    assert pixels.shape == (7, 4, 4, 3) and pixels.dtype == torch.uint8  # what travels to the device
+    assert torch.equal(pixels[3], torch.from_numpy(stream.domains[rows[3][0]][0][rows[3][1]]))
+    x, labels = build.to_device(pixels, y, torch.device("cpu"))
     assert x.shape == (7, 3, 4, 4) and x.dtype == torch.float32 and x.min() >= 0 and x.max() <= 1
+    assert torch.equal(x, pixels.permute(0, 3, 1, 2).float() / 255) and torch.equal(labels, y)
     assert y.tolist() == [stream.domains[d][1][i] for d, i in rows]
     perfect = build.frozen_hits(
         lambda batch: torch.nn.functional.one_hot(torch.as_tensor(y), 5), stream, rows

@@ -22,19 +22,35 @@ from typing import Any
 from tqdm import tqdm
 
 from zerosiam import corruptions
+from zerosiam.bench.device import resolve_device
 from zerosiam.bench.runner import Result, RunSpec, run
 from zerosiam.bench.store import Failure, ResultStore, signals_deferred
 from zerosiam.corruptions.datasets import SEVERITIES, SOURCES, load_corrupted
 from zerosiam.methods import get_recipe, options_of
+from zerosiam.parts.precision import PRECISIONS
 from zerosiam.protocols import MIXED, PROTOCOLS
-from zerosiam.zoo import MODELS
-from zerosiam.zoo.specs import SYNTAX, is_spec
+from zerosiam.zoo import MODELS, model_info
+from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
 
 KIND = "vision"
 
 
 class GridError(ValueError):
     """A grid that cannot run as asked; the message names the value and the choices."""
+
+
+def _check_model_options(model: str, options: dict[str, Any]) -> None:
+    """Model options go to a ``timm:``/``builder:``/``torchscript:`` model; a zoo entry takes none."""
+    if model in MODELS and options:
+        raise GridError(f"model {model!r} is a zoo entry and takes no model options (got {sorted(options)})")
+    unknown = sorted(set(options) - set(MODEL_OPTIONS))
+    if unknown:
+        raise GridError(f"unknown model option(s) {unknown}; choose from {', '.join(MODEL_OPTIONS)}")
+    if is_spec(model):
+        try:  # what the spec needs (mean and std, an importable builder, a readable checkpoint)
+            model_info(model, **options)
+        except (ValueError, TypeError, ImportError, OSError) as error:
+            raise GridError(f"model {model!r}: {error}") from None
 
 
 def _choose(what: str, values: Iterable[Any], choices: Iterable[Any]) -> None:
@@ -58,6 +74,8 @@ class Grid:
     dataset: str = "cifar10c"
     batch_size: int = 64
     limit: int | None = None
+    precision: str = "fp32"
+    model_options: dict[str, Any] = field(default_factory=dict)
     hparams: dict[str, Any] = field(default_factory=dict)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -94,6 +112,9 @@ class Grid:
                 get_recipe(method)
             except ValueError as error:
                 raise GridError(str(error)) from None
+        _choose("precision", [self.precision], PRECISIONS)
+        for model in self.models:
+            _check_model_options(model, self.model_options)
         _choose("dataset", [self.dataset], sorted(SOURCES))
         _choose("corruption", self.corruptions, corruptions.ALL)
         _choose("protocol", self.protocols, PROTOCOLS)
@@ -129,6 +150,8 @@ class Grid:
                         seed=seed,
                         batch_size=self.batch_size,
                         limit=self.limit,
+                        precision=self.precision,
+                        model_options=self.model_options,
                         hparams=hparams,
                     )
                 )
@@ -153,19 +176,34 @@ Outcome = tuple[dict[str, Any], dict, dict, dict] | Failure
 Sink = Callable[[Outcome], None]
 
 
-def _execute(spec_values: dict[str, Any], threads: int) -> tuple[dict[str, Any], dict, dict, dict]:
-    """Worker entry point: one run with ``threads`` intra-op threads (picklable, for pools and Ray)."""
+@dataclass(frozen=True)
+class Execution:
+    """Where and how a grid's runs execute; none of it is part of a run's identity."""
+
+    backend: str = "local"
+    workers: int | None = None  # parallel runs (default: cores / threads, or one per GPU)
+    threads: int = 1  # torch intra-op threads per run
+    address: str | None = None  # a Ray cluster
+    device: str = "cpu"  # auto, cpu, cuda, cuda:N
+    gpus_per_run: float = 0.0  # Ray's GPU resources per run (fractions share a GPU)
+
+
+def _execute(
+    spec_values: dict[str, Any], threads: int, device: str
+) -> tuple[dict[str, Any], dict, dict, dict]:
+    """Worker entry point: one run with ``threads`` intra-op threads on ``device`` (picklable, for pools
+    and Ray)."""
     import torch
 
     torch.set_num_threads(threads)
-    result: Result = run(RunSpec.from_dict(spec_values))
+    result: Result = run(RunSpec.from_dict(spec_values), device=resolve_device(device))
     return spec_values, result.metrics, result.curves, result.env
 
 
-def _attempt(spec_values: dict[str, Any], threads: int) -> Outcome:
+def _attempt(spec_values: dict[str, Any], threads: int, device: str) -> Outcome:
     """``_execute``, with an exception turned into a ``Failure`` so that one bad run never ends a grid."""
     try:
-        return _execute(spec_values, threads)
+        return _execute(spec_values, threads, device)
     except Exception as error:
         return Failure.of(spec_values, error)
 
@@ -193,6 +231,8 @@ def execute(
     threads: int = 1,
     address: str | None = None,
     progress: bool = True,
+    device: str = "cpu",
+    gpus_per_run: float = 0.0,
 ) -> tuple[int, list[Failure]]:
     """Run the specs that have no row yet, writing each result as it finishes and each failure as it
     happens; returns how many ran and the failures. A failed run does not stop the others."""
@@ -216,7 +256,7 @@ def execute(
             store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
         bar.update(1)
 
-    runner(todo, workers, threads, address, store_outcome)
+    runner(todo, Execution(backend, workers, threads, address, device, gpus_per_run), store_outcome)
     bar.close()
     return len(todo), failures
 
@@ -225,12 +265,12 @@ def default_workers(threads: int) -> int:
     return max(1, (os.cpu_count() or 1) // threads)
 
 
-def _worker(connection: Connection, threads: int) -> None:
+def _worker(connection: Connection, threads: int, device: str) -> None:
     """A local worker process: runs the specs it is sent, one at a time, and sends back each outcome.
     Ctrl-C reaches the whole process group; the driver handles it and stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while (spec_values := connection.recv()) is not None:
-        connection.send(_attempt(spec_values, threads))
+        connection.send(_attempt(spec_values, threads, device))
 
 
 @dataclass
@@ -240,10 +280,9 @@ class _Worker:
     spec: dict[str, Any] | None = None  # what it is running now
 
 
-def _run_local(
-    todo: list[RunSpec], workers: int | None, threads: int, _address: str | None, sink: Sink
-) -> None:
-    """Worker processes (spawned: no fork of a threaded torch), each handed one run at a time.
+def _run_local(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
+    """Worker processes (spawned: no fork of a threaded torch), each handed one run at a time; with
+    ``device="cuda"`` and several GPUs, worker i computes on GPU i (one worker per visible GPU).
 
     The driver knows which run each worker holds, so a worker that dies (SIGKILL, out of memory) fails
     exactly that run; a fresh worker takes its place and the grid goes on. Only the wait for workers can
@@ -251,24 +290,26 @@ def _run_local(
     """
     context = multiprocessing.get_context("spawn")
     queue = deque(spec.as_dict() for spec in todo)
-    size = min(workers or default_workers(threads), len(todo))
+    devices = worker_devices(execution)
+    size = min(execution.workers or len(devices) or default_workers(execution.threads), len(todo))
 
-    def start() -> _Worker:
+    def start(index: int) -> _Worker:
         ours, theirs = context.Pipe()
-        process = context.Process(target=_worker, args=(theirs, threads), daemon=True)
+        device = devices[index % len(devices)] if devices else execution.device
+        process = context.Process(target=_worker, args=(theirs, execution.threads, device), daemon=True)
         process.start()
         theirs.close()
         return _Worker(process, ours)
 
     pool: list[_Worker] = []
     try:
-        pool.extend(start() for _ in range(size))
+        pool.extend(start(index) for index in range(size))
         while queue or any(w.spec is not None for w in pool):
             for index, worker in enumerate(pool):
                 if worker.spec is None and queue:
                     if not worker.process.is_alive():  # died between runs: nothing of ours was lost
                         _stop(worker)
-                        pool[index] = worker = start()
+                        pool[index] = worker = start(index)
                     worker.spec = queue.popleft()
                     worker.connection.send(worker.spec)
             busy = [w for w in pool if w.spec is not None]
@@ -281,7 +322,7 @@ def _run_local(
                     worker.spec = None
                     if isinstance(outcome, Failure) and not worker.process.is_alive():
                         worker.connection.close()
-                        pool[index] = start()
+                        pool[index] = start(index)
                     sink(outcome)
     finally:
         for worker in pool:
@@ -322,7 +363,7 @@ def _stop(worker: _Worker) -> None:
     worker.connection.close()
 
 
-def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: str | None, sink: Sink) -> None:
+def _run_ray(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
     """One Ray task per run; the driver collects results as they finish and writes them. A task that
     raises, or whose worker dies, is a ``Failure`` of that run."""
     try:
@@ -330,16 +371,19 @@ def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: st
     except ImportError:
         raise RuntimeError("the Ray backend needs Ray: pip install 'zerosiam[ray]'") from None
     started_here = not ray.is_initialized()
+    threads, address = execution.threads, execution.address
     if started_here:
         ray.init(
             address=address,
-            num_cpus=None if address else (workers or default_workers(threads)) * threads,
+            num_cpus=None if address else (execution.workers or default_workers(threads)) * threads,
             include_dashboard=False,
             log_to_driver=False,
         )
     try:
-        task = ray.remote(num_cpus=threads, max_retries=0)(_attempt)
-        specs = {task.remote(spec.as_dict(), threads): spec.as_dict() for spec in todo}
+        # with GPU resources, Ray makes the run's GPU the task's only visible one: "cuda" is that GPU
+        device = "cuda" if execution.gpus_per_run > 0 else execution.device
+        task = ray.remote(num_cpus=threads, num_gpus=execution.gpus_per_run, max_retries=0)(_attempt)
+        specs = {task.remote(spec.as_dict(), threads, device): spec.as_dict() for spec in todo}
         refs = list(specs)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
@@ -354,14 +398,22 @@ def _run_ray(todo: list[RunSpec], workers: int | None, threads: int, address: st
             ray.shutdown()
 
 
-def _run_inline(
-    todo: list[RunSpec], _workers: int | None, threads: int, _address: str | None, sink: Sink
-) -> None:
+def _run_inline(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
     """Runs one after another in this process: for debugging and tests (peak memory is the process's)."""
     for spec in todo:
-        outcome = _attempt(spec.as_dict(), threads)
+        outcome = _attempt(spec.as_dict(), execution.threads, execution.device)
         with signals_deferred():
             sink(outcome)
+
+
+def worker_devices(execution: Execution) -> list[str]:
+    """One device per local worker when the grid runs on every visible GPU (``device="cuda"`` or
+    ``"auto"`` with several GPUs); empty when every worker uses ``execution.device``."""
+    import torch
+
+    if execution.device in ("cuda", "auto") and torch.cuda.device_count() > 1:
+        return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    return []
 
 
 BACKENDS = {"local": _run_local, "ray": _run_ray, "inline": _run_inline}

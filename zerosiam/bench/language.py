@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_deferred
 from zerosiam.llm.adapter import LMAdapter, LMConfig
@@ -91,7 +92,11 @@ def execute_run(
 
 
 def execute(
-    specs: Sequence[LanguageRunSpec], store: ResultStore, mirror: str | None = None, progress: bool = True
+    specs: Sequence[LanguageRunSpec],
+    store: ResultStore,
+    mirror: str | None = None,
+    progress: bool = True,
+    device: torch.device | str = "cpu",
 ) -> list[Failure]:
     """Run the specs not yet in ``store`` (loading each model once), storing each row as it finishes
     and each failure as it happens; returns the failures. A failed run does not stop the others."""
@@ -99,7 +104,8 @@ def execute(
     failures = []
     for model in dict.fromkeys(spec.model for spec in todo):
         base, tokenizer = load_causal_lm(model)
-        env = environment(PACKAGES)
+        base = base.to(device)
+        env = {**environment(PACKAGES), **describe_device(torch.device(device))}
         for spec in (s for s in todo if s.model == model):
             try:
                 metrics, curves = execute_run(spec, base, tokenizer, mirror, progress)

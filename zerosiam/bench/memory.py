@@ -1,4 +1,4 @@
-"""Peak resident memory of this process, per measurement window.
+"""Peak resident memory of this process, and peak GPU memory, per measurement window.
 
 torch's CPU allocator is invisible to ``tracemalloc``, so memory is read from the kernel: ``VmHWM`` (the
 resident high-water mark) after resetting it through ``/proc/self/clear_refs``. Where that is not
@@ -10,6 +10,8 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
+import torch
+
 
 def status_kb(field: str) -> int:
     """A ``/proc/self/status`` field in KiB (e.g. ``VmRSS``, ``VmHWM``)."""
@@ -19,8 +21,11 @@ def status_kb(field: str) -> int:
     raise KeyError(field)
 
 
-def reset_peak() -> bool:
-    """Reset the peak mark to the current RSS; False where the kernel does not allow it."""
+def reset_peak(device: torch.device | None = None) -> bool:
+    """Reset the peak marks (host RSS, and ``device``'s allocator on a GPU) to the current use; False
+    where the kernel does not allow resetting the host's."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     try:
         Path("/proc/self/clear_refs").write_text("5")
         return True
@@ -34,3 +39,8 @@ def peak_mb() -> float:
         return status_kb("VmHWM") / 1024
     except (OSError, KeyError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_gpu_mb(device: torch.device) -> float | None:
+    """The peak memory torch allocated on a CUDA ``device`` since the last ``reset_peak``, in MiB."""
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None

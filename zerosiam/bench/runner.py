@@ -12,6 +12,7 @@ data (the cached corrupted splits and the benchmark's corruptions) and the sourc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,11 +25,13 @@ from tqdm import tqdm
 
 import zerosiam
 from zerosiam import corruptions
+from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
-from zerosiam.bench.memory import peak_mb, reset_peak
+from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
 from zerosiam.bench.store import run_id_for
 from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.methods.adapter import prepare_options
+from zerosiam.parts.precision import check_precision, forward_precision
 from zerosiam.protocols import seeding, streams
 from zerosiam.protocols.build import (
     MIXED,
@@ -38,6 +41,7 @@ from zerosiam.protocols.build import (
     frozen_hits,
     gather_batch,
     subsample,
+    to_device,
 )
 
 CURVE_KEYS = (
@@ -58,6 +62,9 @@ class RunSpec:
     ``corruption`` is ``"mixed"`` for the mixed protocol, which streams all 15 corruptions in one run.
     ``stream_length`` sets T for label shift and the length of the blind-spot stream (default: the
     dataset size); ``noise`` the noise-prefix length; ``epochs`` the passes of the epochs protocol.
+    ``precision`` is the forward's (``fp32``, ``bf16``, ``fp16``); ``model_options`` go to
+    ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
+    The device is not here: it is where a run computes, not what it computes.
     """
 
     model: str
@@ -73,9 +80,12 @@ class RunSpec:
     stream_length: int | None = None
     noise: int = 1000
     epochs: int = 1
+    precision: str = "fp32"
+    model_options: dict[str, Any] = field(default_factory=dict)
     hparams: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {PROTOCOLS}")
         if (self.protocol == MIXED) != (self.corruption == MIXED):
@@ -102,16 +112,27 @@ class Result:
     env: dict[str, Any]
 
 
-def stream_for(spec: RunSpec, source_model: nn.Module | None = None) -> Stream:
+def stream_for(
+    spec: RunSpec, source_model: nn.Module | None = None, device: torch.device | None = None
+) -> Stream:
     """The protocol's stream for ``spec`` over the benchmark's data: the cached corrupted split of
     ``spec.dataset`` at ``spec.severity`` (the 15 benchmark corruptions for the mixed protocol). The
     blind-spot stream is made of what the unadapted ``source_model`` gets wrong, so it needs it."""
+    predict = (
+        None if source_model is None else functools.partial(_frozen_forward, source_model, spec.precision)
+    )
     return build_stream(
         spec,
         lambda corruption: load_corrupted(spec.dataset, corruption, spec.severity),
         mixed_domains=corruptions.BENCHMARK,
-        predict=source_model,
+        predict=predict,
+        device=device or torch.device("cpu"),
     )
+
+
+def _frozen_forward(model: nn.Module, precision: str, x: torch.Tensor) -> torch.Tensor:
+    with forward_precision(precision, x.device):
+        return model(x).float()
 
 
 def _method_extras(spec: RunSpec) -> dict[str, Any]:
@@ -124,44 +145,61 @@ def _method_extras(spec: RunSpec) -> dict[str, Any]:
     return {"clean_data": list(x.split(spec.batch_size))}
 
 
-def run(spec: RunSpec, progress: bool = False) -> Result:
-    """Execute one run and measure it."""
-    reset_peak()  # a pool worker runs many specs: each reports its own peak
+def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu") -> Result:
+    """Execute one run on ``device`` and measure it.
+
+    The loop never waits for the host: batches travel to the device as uint8 and become model input
+    there, predictions are scored there, and the per-step diagnostics are read back once at the end.
+    """
+    device = torch.device(device)
+    reset_peak(device)  # a pool worker runs many specs: each reports its own peak
     torch.manual_seed(spec.seed)
-    model = zerosiam.load_model(spec.model)
-    stream = stream_for(spec, source_model=model)
+    model = zerosiam.load_model(spec.model, **spec.model_options).to(device)
+    stream = stream_for(spec, source_model=model, device=device)
     adapter = zerosiam.adapt(
-        model, spec.method, batch_size=stream.batch_size, **spec.hparams, **_method_extras(spec)
+        model,
+        spec.method,
+        batch_size=stream.batch_size,
+        precision=spec.precision,
+        **spec.hparams,
+        **_method_extras(spec),
     )
     bounds = streams.batches(stream.rows, stream.batch_size)
-    correct = np.zeros(len(stream.domains))
-    seen = np.zeros(len(stream.domains))
+    correct = torch.zeros(len(stream.domains), device=device)
+    seen = torch.zeros(len(stream.domains), device=device)
     accuracy_curve = []
     start = time.perf_counter()
     for a, b in tqdm(
         list(zip(bounds[:-1], bounds[1:], strict=True)), desc=spec.method, leave=False, disable=not progress
     ):
         rows = stream.rows[a:b]
-        x, y = gather_batch(stream, rows)
-        hits = adapter(x).argmax(1).numpy() == y
-        counted = stream.evaluated[a:b]
-        np.add.at(correct, rows[counted, 0], hits[counted])
-        np.add.at(seen, rows[counted, 0], 1)
-        accuracy_curve.append(float(hits[counted].mean()) if counted.any() else math.nan)
+        x, y = to_device(*gather_batch(stream, rows), device)
+        hits = (adapter(x).argmax(1) == y).float()
+        counted = np.flatnonzero(stream.evaluated[a:b])  # known on the host: no question to the device
+        if len(counted):
+            where = torch.from_numpy(counted).to(device, non_blocking=True)
+            domain = torch.from_numpy(rows[counted, 0]).to(device, non_blocking=True)
+            correct.index_add_(0, domain, hits[where])
+            seen.index_add_(0, domain, torch.ones_like(hits[where]))
+            accuracy_curve.append(hits[where].mean())
+        else:
+            accuracy_curve.append(torch.tensor(math.nan, device=device))
+    correct, seen = correct.cpu().double().numpy(), seen.cpu().double().numpy()  # whole counts: exact
     if stream.frozen_rows is not None:
-        hits = frozen_hits(adapter.predict, stream, stream.frozen_rows)
+        hits = frozen_hits(adapter.predict, stream, stream.frozen_rows, device)
         correct[0], seen[0] = hits.sum(), len(hits)
+    curve = torch.stack(accuracy_curve).tolist() if accuracy_curve else []
     seconds = time.perf_counter() - start
     return Result(
         spec,
-        _metrics(stream, correct, seen, seconds, adapter),
-        _curves(adapter, accuracy_curve),
-        environment(),
+        _metrics(stream, correct, seen, seconds, adapter, device),
+        _curves(adapter, curve),
+        {**environment(), **describe_device(device)},
     )
 
 
 def _metrics(
-    stream: Stream, correct: np.ndarray, seen: np.ndarray, seconds: float, adapter
+    stream: Stream, correct: np.ndarray, seen: np.ndarray, seconds: float, adapter, device: torch.device
 ) -> dict[str, Any]:
     metrics = {
         "accuracy": float(correct.sum() / max(seen.sum(), 1)),
@@ -172,6 +210,8 @@ def _metrics(
         "recoveries": sum(bool(row.get("recovered")) for row in adapter.history),
         "peak_rss_mb": peak_mb(),
     }
+    if device.type == "cuda":
+        metrics["peak_gpu_mb"] = peak_gpu_mb(device)
     if len(stream.domains) > 1:
         metrics["per_domain"] = {
             name: float(c / n) for name, c, n in zip(stream.names, correct, seen, strict=True) if n > 0

@@ -61,7 +61,7 @@ def select_on_held_out(
     )
     specs = grid.specs()
     assert not {s.corruption for s in specs} & set(corruptions.BENCHMARK)  # held out by construction
-    _, failures = execute(specs, store, **execution)
+    _, failures = execute(specs, store, **execution)  # backend, workers, threads, device, …
     if failures:
         raise RuntimeError(
             f"{len(failures)} selection run(s) failed, e.g. {failures[0].error}; see the store"
@@ -122,6 +122,7 @@ def data_free_predictor_lr(
     batch_size: int = 64,
     seed: int = 0,
     input_size: int | None = None,
+    device: torch.device | str = "cpu",
 ) -> tuple[float, dict[float, float]]:
     """The η_h whose adaptation on Gaussian noise changes the mean prediction entropy least.
 
@@ -130,11 +131,11 @@ def data_free_predictor_lr(
     size = input_size or _input_size(model_name)
     generator = torch.Generator().manual_seed(seed)
     noise = (0.5 + 0.25 * torch.randn(images, 3, size, size, generator=generator)).clamp_(0, 1)
-    batches = noise.split(batch_size)
+    batches = noise.to(device).split(batch_size)
     changes = {}
     for predictor_lr in candidates:
         adapter = zerosiam.adapt(
-            zerosiam.load_model(model_name),
+            zerosiam.load_model(model_name).to(device),
             "zerosiam",
             lr=lr,
             predictor_lr=predictor_lr,

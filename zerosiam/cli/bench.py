@@ -71,6 +71,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=V1,V2",
         help="sweep an option, e.g. --sweep predictor_lr=1e-3,1e-2",
     )
+    parser.add_argument(
+        "--model-option",
+        dest="model_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of a timm:/builder:/torchscript: model, e.g. --model-option mean=0.5",
+    )
+    parser.add_argument(
+        "--precision", help="the forward's precision: fp32 (default, as the paper), bf16, fp16"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="auto, cpu, cuda or cuda:N (not part of a run's identity)"
+    )
+    parser.add_argument(
+        "--gpus-per-run", type=float, default=0.0, help="Ray: GPU resources per run (0.5 shares)"
+    )
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
     parser.add_argument("--backend", choices=("local", "ray", "inline"), default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
@@ -102,10 +119,15 @@ def grid_from_args(args: argparse.Namespace):
         "seeds": args.seeds,
         "batch_size": args.batch_size,
         "limit": args.limit,
+        "precision": args.precision,
     }
     values.update({key: value for key, value in flags.items() if value is not None})
     values["hparams"] = {**values.get("hparams", {}), **_assignments(args.hparams, many=False)}
     values["sweep"] = {**values.get("sweep", {}), **_assignments(args.sweep, many=True)}
+    values["model_options"] = {
+        **values.get("model_options", {}),
+        **_assignments(args.model_options, many=False),
+    }
     values.setdefault("models", ["resnet20"])
     values.setdefault("methods", ["noadapt", "tent", "zerosiam"])
     try:
@@ -117,17 +139,31 @@ def grid_from_args(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
+    from zerosiam.bench.device import resolve_device
     from zerosiam.bench.grid import KIND, execute
     from zerosiam.bench.store import ResultStore
 
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
+    try:
+        resolve_device(args.device)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
+        raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
     specs = grid.specs()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
     try:
         with interruptible():
             ran, failures = execute(
-                specs, store, args.backend, args.workers, args.threads, args.address, progress=True
+                specs,
+                store,
+                args.backend,
+                args.workers,
+                args.threads,
+                args.address,
+                device=args.device,
+                gpus_per_run=args.gpus_per_run,
             )
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)

@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lora-targets", type=csv_list, default=["q_proj", "v_proj"])
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--mirror", help="folder holding math/*.jsonl (default: the project's data mirror)")
+    parser.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--db", type=Path, default=Path("runs/llm.db"))
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=main)
@@ -46,12 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import torch
 
+    from zerosiam.bench.device import resolve_device
     from zerosiam.bench.language import KIND, LanguageRunSpec, execute
     from zerosiam.bench.language_table import markdown_table
     from zerosiam.bench.store import ResultStore
 
     try:
         specs = [LanguageRunSpec(**values) for values in _spec_values(args)]  # checked before the model loads
+        device = resolve_device(args.device)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.threads:
@@ -62,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"{pending} run(s) to do, {len(specs) - pending} already in {args.db}", file=sys.stderr)
     try:
         with interruptible():
-            failures = execute(specs, store, args.mirror, progress=not args.no_progress)
+            failures = execute(specs, store, args.mirror, progress=not args.no_progress, device=device)
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise

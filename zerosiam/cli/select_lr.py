@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from zerosiam.cli._args import positive_int
+from zerosiam.cli._errors import UsageError
+
 
 def _floats(text: str) -> list[float]:
     return [float(v) for v in text.split(",") if v.strip()]
@@ -28,10 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dataset", default="cifar10c")
     parser.add_argument("--severity", type=int, default=5)
     parser.add_argument("--protocol", default="mild")
-    parser.add_argument("--limit", type=int, help="images per corruption (seeded subset)")
+    parser.add_argument("--limit", type=positive_int, help="images per corruption (seeded subset)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
-    parser.add_argument("--workers", type=int)
+    parser.add_argument("--workers", type=positive_int)
+    parser.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N")
     parser.add_argument(
         "--data-free",
         action="store_true",
@@ -41,21 +45,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from zerosiam.bench.device import resolve_device
     from zerosiam.bench.select import data_free_predictor_lr, select_on_held_out
     from zerosiam.bench.store import ResultStore
 
+    try:
+        device = resolve_device(args.device)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if args.data_free:
         if not args.predictor_lr:
-            raise SystemExit("--data-free needs --predictor-lr candidates")
+            raise UsageError("--data-free needs --predictor-lr candidates")
         lr = args.lr[0] if args.lr else None
-        chosen, changes = data_free_predictor_lr(args.model, args.predictor_lr, lr=lr, seed=args.seed)
+        chosen, changes = data_free_predictor_lr(
+            args.model, args.predictor_lr, lr=lr, seed=args.seed, device=device
+        )
         for candidate, change in changes.items():
             print(f"predictor_lr={candidate:g}: |ΔH| = {change:.4f} nats")
         print(f"chosen predictor_lr = {chosen:g}")
         return 0
     sweep = {key: values for key, values in (("lr", args.lr), ("predictor_lr", args.predictor_lr)) if values}
     if not sweep:
-        raise SystemExit("give candidates with --lr and/or --predictor-lr")
+        raise UsageError("give candidates with --lr and/or --predictor-lr")
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
     choices = select_on_held_out(
@@ -69,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
         limit=args.limit,
         seed=args.seed,
         workers=args.workers,
+        device=args.device,
     )
     for choice in choices:
         print(

@@ -74,7 +74,8 @@ class LMAdapter(GradientLearner):
         asymmetry = self.recipe.asymmetry
         predictor = build_predictor(asymmetry.predictor, hidden) if asymmetry is not None else None
         if predictor is not None:
-            predictor.to(next(model.parameters()).dtype)
+            reference = next(model.parameters())
+            predictor.to(device=reference.device, dtype=reference.dtype)
         self.model = add_lora(model, self.config.lora_rank, self.config.lora_alpha, self.config.lora_targets)
         self.net = TwoBranchLM(self.model, predictor)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
@@ -110,6 +111,11 @@ class LMAdapter(GradientLearner):
         for part in self.recipe.parts().values():
             if hasattr(part, "reset"):
                 part.reset()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model computes; prompts are moved there."""
+        return next(self.model.parameters()).device
 
     def answer(self, prompt_ids: Tensor, eos_token_id: int | list[int] | None = None) -> Tensor:
         """Greedy answer tokens [n] of the target branch (no predictor) with the current weights."""
@@ -154,8 +160,9 @@ class LMAdapter(GradientLearner):
         first = evaluations[0]
         self.resets += recovered
         record.updated = first.selected > 0 and self.skipped is None
-        record.loss = first.terms["loss"] if first.selected else math.nan
-        record.stats = {**first.terms, "selected": float(first.selected)}
+        terms = {key: float(value) for key, value in first.terms.items()}
+        record.loss = terms["loss"] if first.selected else math.nan
+        record.stats = {**terms, "selected": float(first.selected)}
         if reads_answer:
             target = first.batch.target.detach()
             record.entropy = entropy(target).mean().item()

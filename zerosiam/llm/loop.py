@@ -68,7 +68,7 @@ class QuestionRecord:
 
 def answer_and_adapt(adapter: LMAdapter, tokenizer: Any, problem: MathProblem) -> tuple[QuestionRecord, str]:
     """Generate, score and adapt on one question; returns its record and the generated text."""
-    ids = prompt_ids(tokenizer, problem.question)
+    ids = prompt_ids(tokenizer, problem.question).to(adapter.device)
     start = time.perf_counter()
     generated = adapter.answer(ids, stop_tokens(tokenizer))
     generate_s = time.perf_counter() - start

@@ -26,6 +26,7 @@ from zerosiam.methods.tent import tent
 from zerosiam.methods.tlm import tlm
 from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
 from zerosiam.parts.contract import MODALITIES, Modality
+from zerosiam.parts.precision import check_precision
 
 METHODS: dict[str, dict[Modality, Recipe]] = {}
 COMPOSABLE_SUFFIX = "+zerosiam"
@@ -78,7 +79,7 @@ def get_recipe(method: str | Recipe, modality: Modality = "image") -> Recipe:
 
 _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
 _RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
-_ADAPT_OPTIONS = {"lr", "predictor_lr", "momentum", "batch_size", "head", "lr_scale"}
+_ADAPT_OPTIONS = {"lr", "predictor_lr", "momentum", "batch_size", "head", "lr_scale", "precision"}
 
 
 def options_of(method: str | Recipe) -> set[str]:
@@ -119,6 +120,7 @@ def adapt(
     batch_size: int = 64,
     head: str | nn.Module | None = None,
     lr_scale: float = 1.0,
+    precision: str = "fp32",
     **overrides,
 ) -> Adapter:
     """Wrap ``model`` for online test-time adaptation by ``method``.
@@ -126,10 +128,11 @@ def adapt(
     ``lr`` (η_f) and ``predictor_lr`` (η_h) default to the paper's rates for the model's family at
     ``batch_size``, times ``lr_scale``: it moves both defaults together, e.g. to try the paper's rates ×10
     on a smaller model, and leaves an explicit ``lr`` or ``predictor_lr`` as given. ``head`` names the
-    classifier module when it cannot be detected. Any other keyword overrides a recipe field or ZeroSiam's
-    asymmetry option (``alpha``, ``predictor``, ``divergence``, ``stop_gradient``), e.g.
-    ``adapt(model, "zerosiam", predictor="mlp", divergence="js")``; keywords that a recipe's parts take
-    in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
+    classifier module when it cannot be detected. ``precision`` (``fp32``, ``bf16``, ``fp16``) is the
+    forward's: autocast, with losses and updates in float32 (``zerosiam.parts.precision``). Any other
+    keyword overrides a recipe field or ZeroSiam's asymmetry option (``alpha``, ``predictor``,
+    ``divergence``, ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp")``; keywords
+    that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if not (math.isfinite(lr_scale) and lr_scale > 0):
@@ -143,6 +146,7 @@ def adapt(
         lr=lr if lr is not None else rates.lr * lr_scale,
         predictor_lr=predictor_lr if predictor_lr is not None else rates.predictor_lr * lr_scale,
         momentum=momentum,
+        precision=check_precision(precision),
     )
     return Adapter(model, recipe, settings, head=head, extras=extras)
 

@@ -24,7 +24,8 @@ from zerosiam.parts.contract import Batch, Evaluation
 from zerosiam.parts.learner import GradientLearner
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
-from zerosiam.parts.predictor import build_predictor, distance_from_identity
+from zerosiam.parts.precision import forward_precision
+from zerosiam.parts.predictor import build_predictor, identity_drift
 from zerosiam.parts.split import FeatureTap
 
 
@@ -39,6 +40,7 @@ class Settings:
     lr: float
     predictor_lr: float
     momentum: float = 0.9  # SGD momentum 0.9 for every image method (methods.md)
+    precision: str = "fp32"  # the forward's precision (parts.precision); losses and updates stay float32
 
 
 class Adapter(GradientLearner):
@@ -55,7 +57,8 @@ class Adapter(GradientLearner):
         self.model = model
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
         self.settings = settings
-        self.history: list[dict[str, Any]] = []
+        self._history: list[dict[str, Any]] = []
+        self._read = 0  # rows of _history already read back from the device
         self.steps = 0
         self.predictor: nn.Module | None = None
         self._requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
@@ -97,7 +100,7 @@ class Adapter(GradientLearner):
         _check_input(x)
         if not self.recipe.adapts:
             with torch.no_grad():
-                prediction = self.model(x)
+                prediction = self._forward(x)
             self._record(prediction, None, updated=False)
             return prediction
         self._batch_stats.check_batch(x.shape[0])
@@ -115,18 +118,25 @@ class Adapter(GradientLearner):
         if self.recipe.adapts:
             self._batch_stats.check_batch(x.shape[0])
         with torch.no_grad():
-            return self.model(x)
+            return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
+        """The model's logits in float32, its forward at the adapter's precision."""
+        with forward_precision(self.settings.precision, x.device):
+            return self.model(x).float()
 
     def _evaluate(self, x: Tensor, restrict: Tensor | None = None) -> Evaluation:
         """Forward once and score the recipe's loss: the closure that steps call (SAM calls it twice)."""
-        if self._tap is None:
-            target = self.model(x)
-            online = target
-        else:
-            target, feature = self._tap.forward(x)
-            if self.predictor is None:
-                self._add_predictor(self._tap.feature_dim)
-            online = self._tap.head_of(self.predictor(feature))
+        with forward_precision(self.settings.precision, x.device):
+            if self._tap is None:
+                target = self.model(x)
+                online = target
+            else:
+                target, feature = self._tap.forward(x)
+                if self.predictor is None:
+                    self._add_predictor(self._tap.feature_dim)
+                online = self._tap.head_of(self.predictor(feature))
+        target, online = target.float(), online.float()  # losses, rules and weights in float32
         batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), learner=self)
         return self.recipe.evaluate(batch, restrict)
 
@@ -163,7 +173,8 @@ class Adapter(GradientLearner):
         self.restore_source()
         for part in self._stateful_parts().values():
             part.reset()
-        self.history.clear()
+        self._history.clear()
+        self._read = 0
         self.steps = 0
 
     def _stateful_parts(self) -> dict[str, Any]:
@@ -227,34 +238,48 @@ class Adapter(GradientLearner):
         updated: bool | None = None,
         recovered: bool = False,
     ) -> None:
-        """Append this step's diagnostics: the paper's collapse indicators and the loss terms."""
+        """Append this step's diagnostics: the paper's collapse indicators and the loss terms.
+
+        They are computed on the model's device and left there (no wait for the host in the loop);
+        ``history`` reads them back in bulk."""
         logits = prediction.detach().float().flatten(0, -2)
         norms = logits.norm(dim=-1)
         row: dict[str, Any] = {
             "step": self.steps,
-            "entropy": float(entropy(logits).mean()),
-            "logit_norm": float(norms.mean()),
-            "centre_dominance": float(logits.mean(0).norm() / norms.mean().clamp_min(1e-12)),
-            "predictor_drift": distance_from_identity(self.predictor)
-            if self.predictor is not None
-            else math.nan,
+            "entropy": entropy(logits).mean(),
+            "logit_norm": norms.mean(),
+            "centre_dominance": logits.mean(0).norm() / norms.mean().clamp_min(1e-12),
+            "predictor_drift": identity_drift(self.predictor) if self.predictor is not None else math.nan,
         }
         if evaluations is not None:
             first = evaluations[0]
             row.update(first.terms)
-            row["selected"] = first.selected
-            row["updated"] = first.selected > 0 and self.skipped is None
+            row["selected"] = first.mask.sum() if first.filtered else first.mask.numel()
+            row["updated"] = first.mask.any() if self.skipped is None else False
             row["skipped"] = self.skipped
             row["recovered"] = recovered
         else:
             row["updated"] = bool(updated)
-        self.history.append(row)
+        self._history.append(row)
         self.steps += 1
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every step's diagnostics as Python numbers; what is still on the device is read back here,
+        all pending steps in one transfer."""
+        rows = self._history[self._read :]
+        pending = [(row, key) for row in rows for key, value in row.items() if torch.is_tensor(value)]
+        if pending:
+            values = torch.stack([row[key].detach().float().cpu() for row, key in pending]).tolist()
+            for (row, key), value in zip(pending, values, strict=True):
+                row[key] = _AS_PYTHON.get(key, float)(value)
+        self._read = len(self._history)
+        return self._history
 
     @property
     def last(self) -> dict[str, Any]:
         """The most recent step's diagnostics."""
-        if not self.history:
+        if not self._history:
             raise RuntimeError("no step has been taken yet")
         return self.history[-1]
 
@@ -272,6 +297,9 @@ def prepare_options(recipe: Recipe) -> set[str]:
 def _keywords(function: Any) -> set[str]:
     parameters = inspect.signature(function).parameters.values()
     return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+_AS_PYTHON = {"selected": int, "updated": bool}  # diagnostics that are not real numbers
 
 
 def _check_input(x: Tensor) -> None:

@@ -105,6 +105,7 @@ class Recipe:
     def evaluate(self, batch: Batch, restrict: Tensor | None = None) -> Evaluation:
         """The recipe's loss on one forward: selected, weighted objective (+ alignment, + regularizer)."""
         mask = torch.ones(batch.logits.shape[0], dtype=torch.bool, device=batch.logits.device)
+        filtered = restrict is not None or bool(self.select)
         if restrict is not None:
             mask &= restrict
         for rule in self.select:
@@ -119,17 +120,21 @@ class Recipe:
             alignment = self.asymmetry.align(batch.logits, batch.target)
             terms["divergence"] = _masked_mean(alignment.detach(), mask)
             per_sample = per_sample + alignment
-        loss = per_sample[mask].mean() if mask.any() else per_sample.sum() * 0.0
+        if not filtered:  # every sample counts: no need to ask the device whether any does
+            loss = per_sample.mean()
+        else:
+            loss = per_sample[mask].mean() if mask.any() else per_sample.sum() * 0.0
         if self.regularizer is not None:
             regularization = self.regularizer(batch.learner)
-            terms["regularizer"] = float(regularization.detach())
+            terms["regularizer"] = regularization.detach()
             loss = loss + regularization
         for rule in self.select:
             if hasattr(rule, "observe"):
                 rule.observe(batch, mask)
-        terms["loss"] = float(loss.detach())
-        return Evaluation(loss, mask, batch, terms)
+        terms["loss"] = loss.detach()
+        return Evaluation(loss, mask, batch, terms, filtered)
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> float:
-    return float(values[mask].mean()) if mask.any() else float("nan")
+def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """The mean over the selected samples, NaN when none is (computed on the device: no host sync)."""
+    return torch.where(mask, values, 0.0).sum() / mask.sum()

@@ -81,16 +81,23 @@ class Batch:
 
 @dataclass
 class Evaluation:
-    """One loss evaluation: the scalar to minimize, the selected samples and what to report."""
+    """One loss evaluation: the scalar to minimize, the selected samples and what to report.
+
+    ``terms`` are 0-d tensors on the model's device, read back with the step's diagnostics in bulk.
+    ``filtered`` says whether any rule (or a restriction) could have dropped a sample; when none could,
+    every sample is selected and a step need not ask the device how many.
+    """
 
     loss: Tensor
     mask: Tensor
     batch: Batch
-    terms: dict[str, float] = field(default_factory=dict)
+    terms: dict[str, Tensor] = field(default_factory=dict)
+    filtered: bool = True
 
     @property
     def selected(self) -> int:
-        return int(self.mask.sum())
+        """How many samples count (a read from the device when a rule could have dropped some)."""
+        return int(self.mask.sum()) if self.filtered else int(self.mask.numel())
 
 
 class Rule(Protocol):

@@ -36,13 +36,10 @@ class GradientLearner(ABC):
         """Gradients of ``loss`` in the trainable parameters; False, recorded as the step's ``skipped``
         reason and with no gradient left, when the loss or a gradient is not finite."""
         self.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            self.skip("non-finite loss")
-            return False
         loss.backward()
-        if not self.gradients_finite():
+        if not self.finite(loss):  # one read from the device per step, for the loss and every gradient
             self.optimizer.zero_grad(set_to_none=True)
-            self.skip("non-finite gradient")
+            self.skip("non-finite loss" if not torch.isfinite(loss) else "non-finite gradient")
             return False
         return True
 
@@ -53,9 +50,11 @@ class GradientLearner(ABC):
         self.optimizer.step()
         return True
 
-    def gradients_finite(self) -> bool:
-        grads = [p.grad for p in self.trainable if p.grad is not None]
-        return all(bool(torch.isfinite(g).all()) for g in grads)
+    def finite(self, loss: Tensor) -> bool:
+        """Whether ``loss`` and every gradient are finite, decided on the device and read once."""
+        checks = [torch.isfinite(loss).all()]
+        checks += [torch.isfinite(p.grad).all() for p in self.trainable if p.grad is not None]
+        return bool(torch.stack(checks).all())
 
     def skip(self, reason: str) -> None:
         """Mark the current step as not taken; the first reason given stands."""

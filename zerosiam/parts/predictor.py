@@ -65,9 +65,16 @@ def build_predictor(kind: str, dim: int) -> nn.Module:
         raise ValueError(f"unknown predictor {kind!r}; choose one of {sorted(PREDICTORS)}") from None
 
 
-def distance_from_identity(predictor: nn.Module) -> float:
-    """‖θ_h − I‖_F, the paper's measure of how far the predictor has moved; NaN when h is not linear."""
+def identity_drift(predictor: nn.Module) -> Tensor | float:
+    """‖θ_h − I‖_F, the paper's measure of how far the predictor has moved, as a tensor on h's device
+    (read back with the other diagnostics); NaN when h is not a square linear map."""
     if not isinstance(predictor, nn.Linear) or predictor.in_features != predictor.out_features:
         return float("nan")
     weight = predictor.weight.detach()
-    return torch.linalg.matrix_norm(weight - torch.eye(weight.shape[0], dtype=weight.dtype)).item()
+    identity = torch.eye(weight.shape[0], dtype=weight.dtype, device=weight.device)
+    return torch.linalg.matrix_norm(weight - identity)
+
+
+def distance_from_identity(predictor: nn.Module) -> float:
+    """``identity_drift`` as a Python number."""
+    return float(identity_drift(predictor))

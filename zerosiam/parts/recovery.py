@@ -29,7 +29,7 @@ class EmaBelow:
 
     def __call__(self, evaluations: list[Evaluation]) -> bool:
         last = evaluations[-1]
-        value = last.terms.get("objective", math.nan)
+        value = float(last.terms.get("objective", math.nan))
         if last.selected and math.isfinite(value):
             self.ema = value if self.ema is None else self.momentum * self.ema + (1 - self.momentum) * value
         if self.ema is not None and self.ema < self.floor:

@@ -94,14 +94,19 @@ def _single(order: np.ndarray) -> np.ndarray:
 
 
 def build_stream(
-    spec: StreamSpec, load: Load, *, mixed_domains: Sequence[str] = (), predict: Predict | None = None
+    spec: StreamSpec,
+    load: Load,
+    *,
+    mixed_domains: Sequence[str] = (),
+    predict: Predict | None = None,
+    device: torch.device | str = "cpu",
 ) -> Stream:
     """The stream of ``spec.protocol`` (``shared/docs/protocols.md``) over the images ``load`` gives.
 
     ``load(name)`` returns one domain's uint8 ``(N, H, W, 3)`` images and labels. The mixed protocol
     shuffles the ``mixed_domains`` together. The blind-spot stream is made of what the unadapted source
-    model gets wrong, so it needs that model's ``predict`` (float images in [0, 1] to logits); no other
-    protocol does.
+    model gets wrong, so it needs that model's ``predict`` (float images in [0, 1] to logits, run on
+    ``device``); no other protocol does.
     """
     if spec.protocol == MIXED:
         if not mixed_domains:
@@ -113,7 +118,7 @@ def build_stream(
     labels = domain[1]
     batch_size = 1 if spec.protocol.endswith("bs1") else spec.batch_size
     if spec.protocol == BLIND_SPOT:
-        return _blind_spot_stream(spec, domain, predict)
+        return _blind_spot_stream(spec, domain, predict, device)
     if spec.protocol.startswith("label_shift"):
         length = spec.stream_length or len(labels)
         rows = _single(streams.label_shift(labels, spec.imbalance_ratio, spec.seed, length=length))
@@ -140,7 +145,9 @@ def pure_noise(count: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.clip(np.rint(values), 0, 255).astype(np.uint8)
 
 
-def _blind_spot_stream(spec: StreamSpec, domain: Domain, predict: Predict | None) -> Stream:
+def _blind_spot_stream(
+    spec: StreamSpec, domain: Domain, predict: Predict | None, device: torch.device | str
+) -> Stream:
     """Adapt one image at a time on the source model's mistakes only, then score the whole set frozen.
 
     The whole set is scored in the ``mild`` order, the same one a mild run of this seed sees.
@@ -150,23 +157,28 @@ def _blind_spot_stream(spec: StreamSpec, domain: Domain, predict: Predict | None
     shuffled = _single(streams.mild(domain[1], spec.seed))
     source = Stream([domain], [spec.corruption], shuffled, np.ones(len(shuffled), bool), spec.batch_size)
     wrong = np.zeros(len(domain[1]), bool)
-    wrong[shuffled[:, 1]] = ~frozen_hits(predict, source, shuffled)
+    wrong[shuffled[:, 1]] = ~frozen_hits(predict, source, shuffled, device)
     rows = _single(streams.blind_spot(wrong, spec.stream_length or len(wrong), spec.seed))
     return Stream([domain], [spec.corruption], rows, np.zeros(len(rows), bool), 1, frozen_rows=shuffled)
 
 
-def frozen_hits(predict: Predict, stream: Stream, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` ``predict`` classifies correctly: no gradients, batches of at least 64 images."""
+def frozen_hits(
+    predict: Predict, stream: Stream, rows: np.ndarray, device: torch.device | str = "cpu"
+) -> np.ndarray:
+    """Which of ``rows`` ``predict`` classifies correctly: no gradients, batches of at least 64 images,
+    scored on ``device`` and read back once."""
     hits = []
     with torch.no_grad():
         for a, b in itertools.pairwise(streams.batches(rows, max(stream.batch_size, FROZEN_BATCH))):
-            x, y = gather_batch(stream, rows[a:b])
-            hits.append(predict(x).argmax(1).numpy() == y)
-    return np.concatenate(hits) if hits else np.zeros(0, bool)
+            pixels, labels = gather_batch(stream, rows[a:b])
+            x, y = to_device(pixels, labels, torch.device(device))
+            hits.append(predict(x).argmax(1) == y)
+    return torch.cat(hits).cpu().numpy() if hits else np.zeros(0, bool)
 
 
-def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
-    """The images of ``rows`` as float ``(B, 3, H, W)`` in [0, 1], and their labels."""
+def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images of ``rows`` as uint8 ``(B, H, W, 3)`` and their labels, on the host: what travels to the
+    device (a quarter of float32's bytes), to be made model input there (``to_device``)."""
     if len(stream.domains) == 1:
         images, labels = stream.domains[0]
         index = rows[:, 1]
@@ -174,4 +186,17 @@ def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, np.nda
     else:
         pixels = np.stack([stream.domains[d][0][i] for d, i in rows])
         targets = np.array([stream.domains[d][1][i] for d, i in rows])
-    return torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2).float().div_(255), targets
+    return torch.from_numpy(np.ascontiguousarray(pixels)), torch.from_numpy(
+        np.asarray(targets, dtype=np.int64)
+    )
+
+
+def to_device(
+    pixels: torch.Tensor, labels: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 ``(B, H, W, 3)`` images and labels onto ``device`` (through pinned memory for a GPU, without
+    waiting), then float ``(B, 3, H, W)`` in [0, 1] there; the model normalizes inside."""
+    if device.type == "cuda":
+        pixels, labels = pixels.pin_memory(), labels.pin_memory()
+    pixels = pixels.to(device, non_blocking=True)
+    return pixels.permute(0, 3, 1, 2).float().div_(255), labels.to(device, non_blocking=True)

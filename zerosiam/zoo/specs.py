@@ -60,6 +60,9 @@ class Options:
     strict: bool = True
 
 
+MODEL_OPTIONS = tuple(Options.__dataclass_fields__)
+
+
 def is_spec(name: str) -> bool:
     return name.partition(":")[0] in KINDS and ":" in name
 
