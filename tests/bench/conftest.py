@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from zerosiam.bench import datasets as bench_datasets
 from zerosiam.bench import grid as grid_module
 from zerosiam.bench import runner
 
@@ -22,6 +23,7 @@ def fake_domains(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replace data loading by small labelled arrays: 50 images of 5 classes per corruption."""
     monkeypatch.setattr(runner, "load_corrupted", fake_load)
     monkeypatch.setattr(grid_module, "load_corrupted", fake_load)
+    monkeypatch.setattr(bench_datasets, "load_corrupted", fake_load)
 
 
 class TinyLN(torch.nn.Module):

@@ -49,7 +49,11 @@ def _rows(db: Path) -> dict[str, tuple]:
     """Each run's deterministic content (timings and memory excluded)."""
     rows = {}
     for row in ResultStore(db).rows(kind="vision"):
-        metrics = {k: v for k, v in row["metrics"].items() if k not in ("seconds", "peak_rss_mb")}
+        metrics = {
+            k: v
+            for k, v in row["metrics"].items()
+            if k not in ("seconds", "peak_rss_mb", "data_wait_fraction")
+        }
         rows[row["run_id"]] = (metrics, row["curves"])
     return rows
 

@@ -22,10 +22,11 @@ from typing import Any
 from tqdm import tqdm
 
 from zerosiam import corruptions
+from zerosiam.bench import datasets
 from zerosiam.bench.device import resolve_device
 from zerosiam.bench.runner import Result, RunSpec, run
 from zerosiam.bench.store import Failure, ResultStore, signals_deferred
-from zerosiam.corruptions.datasets import SEVERITIES, SOURCES, load_corrupted
+from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.methods import get_recipe, options_of
 from zerosiam.parts.precision import PRECISIONS
 from zerosiam.protocols import MIXED, PROTOCOLS
@@ -115,7 +116,10 @@ class Grid:
         _choose("precision", [self.precision], PRECISIONS)
         for model in self.models:
             _check_model_options(model, self.model_options)
-        _choose("dataset", [self.dataset], sorted(SOURCES))
+        try:
+            datasets.parse(self.dataset)
+        except ValueError as error:
+            raise GridError(str(error)) from None
         _choose("corruption", self.corruptions, corruptions.ALL)
         _choose("protocol", self.protocols, PROTOCOLS)
         _choose("severity", self.severities, SEVERITIES)
@@ -211,7 +215,7 @@ def _attempt(spec_values: dict[str, Any], threads: int, device: str) -> Outcome:
 def prepare_data(specs: Iterable[RunSpec]) -> None:
     """Make every corrupted split the grid needs before workers start, so no two workers build one."""
     needed = set()
-    for spec in specs:
+    for spec in (s for s in specs if datasets.is_cached(s.dataset)):  # folders on disk need no build
         names = corruptions.BENCHMARK if spec.corruption == MIXED else (spec.corruption,)
         needed.update((spec.dataset, name, spec.severity) for name in names)
     for dataset, name, severity in tqdm(sorted(needed), desc="data", leave=False):
@@ -269,8 +273,9 @@ def _worker(connection: Connection, threads: int, device: str) -> None:
     """A local worker process: runs the specs it is sent, one at a time, and sends back each outcome.
     Ctrl-C reaches the whole process group; the driver handles it and stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while (spec_values := connection.recv()) is not None:
-        connection.send(_attempt(spec_values, threads, device))
+    with contextlib.suppress(EOFError):  # the driver is gone (even killed): so is the work
+        while (spec_values := connection.recv()) is not None:
+            connection.send(_attempt(spec_values, threads, device))
 
 
 @dataclass
@@ -296,7 +301,8 @@ def _run_local(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
     def start(index: int) -> _Worker:
         ours, theirs = context.Pipe()
         device = devices[index % len(devices)] if devices else execution.device
-        process = context.Process(target=_worker, args=(theirs, execution.threads, device), daemon=True)
+        # not a daemon: its run may start DataLoader workers of its own; it ends with the driver's pipe
+        process = context.Process(target=_worker, args=(theirs, execution.threads, device))
         process.start()
         theirs.close()
         return _Worker(process, ours)

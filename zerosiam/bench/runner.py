@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 import zerosiam
 from zerosiam import corruptions
+from zerosiam.bench import datasets
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
@@ -123,7 +124,7 @@ def stream_for(
     )
     return build_stream(
         spec,
-        lambda corruption: load_corrupted(spec.dataset, corruption, spec.severity),
+        lambda corruption: datasets.open_domain(spec.dataset, corruption, spec.severity),
         mixed_domains=corruptions.BENCHMARK,
         predict=predict,
         device=device or torch.device("cpu"),
@@ -139,7 +140,7 @@ def _method_extras(spec: RunSpec) -> dict[str, Any]:
     """Inputs a method needs besides the stream: EATA's clean in-distribution samples for its Fisher."""
     if "clean_data" not in prepare_options(zerosiam.get_recipe(spec.method)):
         return {}
-    clean = load_corrupted(spec.dataset, "clean", spec.severity)
+    clean = load_corrupted(datasets.clean_source(spec.dataset), "clean", spec.severity)
     images, _ = subsample(*clean, 2000, spec.seed, seeding.CLEAN_SUBSET)
     x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255)
     return {"clean_data": list(x.split(spec.batch_size))}
@@ -164,16 +165,19 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
         **spec.hparams,
         **_method_extras(spec),
     )
-    bounds = streams.batches(stream.rows, stream.batch_size)
+    batches = StreamBatches(stream)
     correct = torch.zeros(len(stream.domains), device=device)
     seen = torch.zeros(len(stream.domains), device=device)
     accuracy_curve = []
+    waited = 0.0
     start = time.perf_counter()
-    for a, b in tqdm(
-        list(zip(bounds[:-1], bounds[1:], strict=True)), desc=spec.method, leave=False, disable=not progress
-    ):
+    loader = iter(batches.loader(device))
+    for a, b in tqdm(batches.bounds, desc=spec.method, leave=False, disable=not progress):
         rows = stream.rows[a:b]
-        x, y = to_device(*gather_batch(stream, rows), device)
+        asked = time.perf_counter()
+        pixels, labels = next(loader)  # decoded ahead by the loader's workers, in the protocol's order
+        waited += time.perf_counter() - asked
+        x, y = to_device(pixels, labels, device)
         hits = (adapter(x).argmax(1) == y).float()
         counted = np.flatnonzero(stream.evaluated[a:b])  # known on the host: no question to the device
         if len(counted):
@@ -190,12 +194,43 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
         correct[0], seen[0] = hits.sum(), len(hits)
     curve = torch.stack(accuracy_curve).tolist() if accuracy_curve else []
     seconds = time.perf_counter() - start
+    metrics = _metrics(stream, correct, seen, seconds, adapter, device)
+    metrics["data_wait_fraction"] = waited / seconds if seconds > 0 else 0.0
     return Result(
         spec,
-        _metrics(stream, correct, seen, seconds, adapter, device),
+        metrics,
         _curves(adapter, curve),
         {**environment(), **describe_device(device)},
     )
+
+
+class StreamBatches(torch.utils.data.Dataset):
+    """A stream's batches, in order, as a ``Dataset`` of uint8 images and labels: a ``DataLoader`` then
+    gathers (for files: decodes) them in worker processes ahead of the loop, in exactly the stream's
+    order, and hands them over in pinned memory for a GPU."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        bounds = streams.batches(stream.rows, stream.batch_size)
+        self.bounds = list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = self.bounds[index]
+        return gather_batch(self.stream, self.stream.rows[a:b])
+
+    def loader(self, device: torch.device) -> torch.utils.data.DataLoader:
+        workers = max((datasets.loader_workers(images) for images, _ in self.stream.domains), default=0)
+        return torch.utils.data.DataLoader(
+            self,
+            batch_size=None,
+            shuffle=False,
+            num_workers=workers,
+            pin_memory=device.type == "cuda",
+            prefetch_factor=4 if workers else None,
+        )
 
 
 def _metrics(

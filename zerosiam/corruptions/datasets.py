@@ -14,10 +14,9 @@ This module lives with the corruptions, not with the dataset readers, because it
 from __future__ import annotations
 
 import os
-import tarfile
 import tempfile
 from collections.abc import Callable, Iterable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -25,7 +24,7 @@ from tqdm import tqdm
 from zerosiam import assets
 from zerosiam.assets.files import atomic_file, intact, write_checked
 from zerosiam.corruptions.api import BENCHMARK, apply
-from zerosiam.data.sources import read_cifar10_jpeg, read_imagenet_sample
+from zerosiam.data.sources import imagenet_wnids, read_cifar10_jpeg, read_imagenet_sample
 
 CORRUPTION_SEED = 0  # the seed of the project's CIFAR-10-C / ImageNet-C builds
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -107,13 +106,6 @@ def build_cifar10c(
     return [*written, labels_file]
 
 
-def imagenet_sample_wnids() -> list[str]:
-    """The sample's WordNet ids in label order (labels index the sorted wnids), for ImageNet-C folders."""
-    with tarfile.open(assets.fetch("imagenet-sample")) as archive:
-        stems = (PurePosixPath(name).name for name in archive.getnames())
-        return sorted({stem.split("_", 1)[0] for stem in stems if stem.startswith("n") and "_" in stem})
-
-
 def build_imagenet_c(
     out: Path, names: Iterable[str] = BENCHMARK, severities: Iterable[int] = SEVERITIES,
     cache: Path | None = None, progress: bool = True,
@@ -125,7 +117,7 @@ def build_imagenet_c(
     """
     from PIL import Image
 
-    wnids = imagenet_sample_wnids()
+    wnids = imagenet_wnids()
     out = Path(out)
     jobs = [(n, s) for n in names for s in severities]
     for name, severity in tqdm(jobs, desc="ImageNet-C (sample)", disable=not progress):

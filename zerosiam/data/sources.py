@@ -16,7 +16,7 @@ import os
 import pickle
 import re
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -282,18 +282,92 @@ def read_imagenet_c(
     return _cached("imagenet-c", key, lambda: _decode_imagenet_c(folder, files), cache, use_cache)
 
 
+class ImageFiles:
+    """Image files read on demand: an array-like of uint8 ``(N, H, W, 3)`` whose rows are decoded when
+    indexed, so that a 50,000-image ImageNet-C folder costs its file list, not 7.5 GB of pixels.
+
+    Images of ``size``² are kept as they are (ImageNet-C's are 224²); others are resized to 256 on the
+    shorter side and centre-cropped to 224, as ImageNet-C was made. A file that cannot be decoded is a
+    ``DatasetFormatError`` naming it.
+    """
+
+    def __init__(self, files: Sequence[Path], size: int = 224) -> None:
+        self.files = list(files)
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.files), self.size, self.size, 3)
+
+    def __getitem__(self, index: int | np.ndarray | Sequence[int]) -> np.ndarray:
+        if isinstance(index, int | np.integer):
+            return self._decode(self.files[int(index)])
+        return np.stack([self._decode(self.files[int(i)]) for i in np.asarray(index).reshape(-1)])
+
+    def _decode(self, path: Path) -> np.ndarray:
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+                if image.size != (self.size, self.size):
+                    image = resize_center_crop(image, resize=self.size * 256 // 224, crop=self.size)
+                return np.asarray(image, dtype=np.uint8)
+        except (OSError, ValueError) as error:
+            raise DatasetFormatError(f"cannot decode image {path}: {error}") from None
+
+
+def open_imagenet_c(
+    root: PathLike, corruption: str, severity: int, wnids: Sequence[str]
+) -> tuple[ImageFiles, np.ndarray]:
+    """``<root>/<corruption>/<severity>/<wnid>/*.JPEG``, streamed: the files (decoded when indexed) and
+    their labels, the canonical ImageNet-1k index of each wnid in ``wnids`` (the 1,000 sorted wnids), so
+    a folder holding a subset of the classes keeps the labels of the full set."""
+    _check_severity(severity)
+    folder = Path(root) / corruption / str(severity)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"ImageNet-C folder {folder} does not exist")
+    files = _imagenet_c_files(folder)
+    return ImageFiles(files), np.array(_canonical_labels(files, wnids, folder), dtype=np.int64)
+
+
+def _canonical_labels(files: Sequence[Path], wnids: Sequence[str], folder: Path) -> list[int]:
+    index = {wnid: position for position, wnid in enumerate(wnids)}
+    unknown = sorted({f.parent.name for f in files} - set(index))
+    if unknown:
+        raise DatasetFormatError(f"{folder} has class folders that are no ImageNet-1k wnid: {unknown[:5]}")
+    return [index[f.parent.name] for f in files]
+
+
+def imagenet_wnids() -> list[str]:
+    """The 1,000 ImageNet-1k wnids in canonical label order (sorted), read from the ImageNet sample's
+    file names (one image per class)."""
+    with tarfile.open(assets.fetch("imagenet-sample")) as archive:
+        stems = (PurePosixPath(name).name for name in archive.getnames())
+        return sorted({stem.split("_", 1)[0] for stem in stems if stem.startswith("n") and "_" in stem})
+
+
 def _size_mtime(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns
 
 
 def _imagenet_c_files(folder: Path) -> list[Path]:
+    """The images of every class folder, classes and files in sorted order; an empty class folder or an
+    empty file is an error naming it (a copy that stopped half-way)."""
     classes = sorted(d for d in folder.iterdir() if d.is_dir())
     if not classes:
         raise DatasetFormatError(f"{folder} has no class folders")
     files = []
     for directory in classes:
-        files.extend(sorted(f for f in directory.iterdir() if f.suffix.lower() in _IMAGE_SUFFIXES))
+        found = sorted(f for f in directory.iterdir() if f.suffix.lower() in _IMAGE_SUFFIXES)
+        if not found:
+            raise DatasetFormatError(f"class folder {directory} holds no images")
+        empty = [f for f in found if f.stat().st_size == 0]
+        if empty:
+            raise DatasetFormatError(f"image file {empty[0]} is empty")
+        files.extend(found)
     return files
 
 
