@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import SHARED_ASSETS
+from tests.conftest import SHARED_ASSETS, needs_assets
 from zerosiam import assets
 from zerosiam.data import sources
 
@@ -241,3 +241,11 @@ def test_cifar10_python_refuses_code_in_pickles(tmp_path: Path) -> None:
     incomplete = write_tar(tmp_path / "partial.tar.gz", {"cifar-10-batches-py/test_batch": b""})
     with pytest.raises(sources.DatasetFormatError, match="batches.meta"):
         sources.read_cifar10_python(incomplete, "test")
+
+
+@needs_assets()
+def test_the_shipped_imagenet_label_order_is_the_samples():
+    """The wnids in ``imagenet1k_wnids.txt`` are the sample's 1,000 classes in label order."""
+    with tarfile.open(assets.fetch("imagenet-sample")) as archive:
+        stems = {Path(name).name.split("_", 1)[0] for name in archive.getnames() if "_" in Path(name).name}
+    assert sources.imagenet_wnids() == sorted(s for s in stems if s.startswith("n")) and len(stems) >= 1000

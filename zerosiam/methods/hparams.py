@@ -97,7 +97,7 @@ def resolve_rates(model: nn.Module, table: str, batch_size: int, double_at_one: 
     if family is None:
         log.warning(
             "no published learning rate for %s; using the %s rates. Pass lr= (and predictor_lr=) to choose.",
-            type(model).__name__,
+            type(getattr(model, "wrapped_model", model)).__name__,  # the network, not the zoo's wrapper
             FALLBACK,
         )
         family = FALLBACK
