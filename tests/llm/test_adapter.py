@@ -19,6 +19,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from tests.llm.goldens import VOCAB, tiny_llama  # noqa: E402
 from zerosiam.llm.adapter import LMAdapter, LMConfig  # noqa: E402
 from zerosiam.llm.loop import run_online, summarise  # noqa: E402
 from zerosiam.llm.math_data import MathProblem  # noqa: E402
@@ -32,29 +33,10 @@ from zerosiam.parts.recovery import EmaBelow, ema_below  # noqa: E402
 from zerosiam.parts.sam import SAM  # noqa: E402
 from zerosiam.parts.selection import EntropyBelow, ExpMargin, entropy_below  # noqa: E402
 
-VOCAB = 97
-
-
-def tiny_llama(seed: int = 0) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config).eval()
-
 
 @pytest.fixture(scope="module")
 def base() -> torch.nn.Module:
-    return tiny_llama()
+    return tiny_llama(initializer_range=0.02)  # transformers' default: near-uniform predictions
 
 
 def prompt(length: int = 12, seed: int = 1) -> torch.Tensor:

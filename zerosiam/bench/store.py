@@ -232,17 +232,18 @@ class ResultStore:
 
     def failures(self, kind: str | None = None) -> list[dict[str, Any]]:
         """The recorded failures (of one ``kind`` when given), oldest first, the spec decoded."""
-        query = f"SELECT {', '.join(_FAILURE_COLUMNS)} FROM failures"
-        params: tuple[Any, ...] = ()
-        if kind is not None:
-            query += " WHERE kind = ?"
-            params = (kind,)
-        with self._connect() as db:
-            found = db.execute(query + " ORDER BY created, run_id", params).fetchall()
-        rows = [dict(zip(_FAILURE_COLUMNS, row, strict=True)) for row in found]
+        rows = [dict(zip(_FAILURE_COLUMNS, row, strict=True)) for row in self._select("failures", kind)]
         for row in rows:
             row["spec"] = json.loads(row["spec"])
         return rows
+
+    def _select(self, table: str, kind: str | None) -> list[tuple[Any, ...]]:
+        """Every row of ``table`` (of one ``kind`` when given), oldest first."""
+        columns = _FAILURE_COLUMNS if table == "failures" else _COLUMNS
+        where, params = (" WHERE kind = ?", (kind,)) if kind is not None else ("", ())
+        with self._connect() as db:
+            query = f"SELECT {', '.join(columns)} FROM {table}{where} ORDER BY created, run_id"
+            return db.execute(query, params).fetchall()
 
     def has(self, run_id: str) -> bool:
         with self._connect() as db:
@@ -258,14 +259,7 @@ class ResultStore:
 
     def rows(self, kind: str | None = None) -> list[dict[str, Any]]:
         """All runs (of one ``kind`` when given), oldest first, JSON columns decoded."""
-        query = f"SELECT {', '.join(_COLUMNS)} FROM runs"
-        params: tuple[Any, ...] = ()
-        if kind is not None:
-            query += " WHERE kind = ?"
-            params = (kind,)
-        with self._connect() as db:
-            found = db.execute(query + " ORDER BY created, run_id", params).fetchall()
-        return [_decode(row) for row in found]
+        return [_decode(row) for row in self._select("runs", kind)]
 
     def __len__(self) -> int:
         with self._connect() as db:
