@@ -97,3 +97,11 @@ def test_a_run_scores_the_same_on_every_device_path(fake_domains, tiny_model, de
     result = runner.run(spec, device=device)
     assert result.metrics["accuracy"] == pytest.approx(reference.metrics["accuracy"], abs=0.05)
     assert result.env["device"].startswith(device) and len(result.curves["accuracy"]) == 1
+
+
+def test_without_diagnostics_a_step_records_its_counts_only():
+    torch.manual_seed(0)
+    adapter = zerosiam.adapt(TinyGN(), "zerosiam", diagnostics=False)
+    adapter(torch.rand(6, 3, 8, 8))
+    assert set(adapter.last) == {"step", "selected", "updated", "skipped", "recovered"}
+    assert adapter.last["updated"] is True and adapter.last["selected"] == 6

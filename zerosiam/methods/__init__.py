@@ -79,7 +79,16 @@ def get_recipe(method: str | Recipe, modality: Modality = "image") -> Recipe:
 
 _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
 _RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
-_ADAPT_OPTIONS = {"lr", "predictor_lr", "momentum", "batch_size", "head", "lr_scale", "precision"}
+_ADAPT_OPTIONS = {
+    "lr",
+    "predictor_lr",
+    "momentum",
+    "batch_size",
+    "head",
+    "lr_scale",
+    "precision",
+    "diagnostics",
+}
 
 
 def options_of(method: str | Recipe) -> set[str]:
@@ -121,6 +130,7 @@ def adapt(
     head: str | nn.Module | None = None,
     lr_scale: float = 1.0,
     precision: str = "fp32",
+    diagnostics: bool = True,
     **overrides,
 ) -> Adapter:
     """Wrap ``model`` for online test-time adaptation by ``method``.
@@ -133,6 +143,7 @@ def adapt(
     keyword overrides a recipe field or ZeroSiam's asymmetry option (``alpha``, ``predictor``,
     ``divergence``, ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp")``; keywords
     that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
+    ``diagnostics=False`` records only the step counts, not the per-step collapse indicators.
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if not (math.isfinite(lr_scale) and lr_scale > 0):
@@ -147,6 +158,7 @@ def adapt(
         predictor_lr=predictor_lr if predictor_lr is not None else rates.predictor_lr * lr_scale,
         momentum=momentum,
         precision=check_precision(precision),
+        diagnostics=diagnostics,
     )
     return Adapter(model, recipe, settings, head=head, extras=extras)
 

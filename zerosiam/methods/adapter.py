@@ -41,6 +41,7 @@ class Settings:
     predictor_lr: float
     momentum: float = 0.9  # SGD momentum 0.9 for every image method (methods.md)
     precision: str = "fp32"  # the forward's precision (parts.precision); losses and updates stay float32
+    diagnostics: bool = True  # the per-step collapse indicators (entropy, logit norm, ...); off: counts only
 
 
 class Adapter(GradientLearner):
@@ -242,18 +243,20 @@ class Adapter(GradientLearner):
 
         They are computed on the model's device and left there (no wait for the host in the loop);
         ``history`` reads them back in bulk."""
-        logits = prediction.detach().float().flatten(0, -2)
-        norms = logits.norm(dim=-1)
-        row: dict[str, Any] = {
-            "step": self.steps,
-            "entropy": entropy(logits).mean(),
-            "logit_norm": norms.mean(),
-            "centre_dominance": logits.mean(0).norm() / norms.mean().clamp_min(1e-12),
-            "predictor_drift": identity_drift(self.predictor) if self.predictor is not None else math.nan,
-        }
+        row: dict[str, Any] = {"step": self.steps}
+        if self.settings.diagnostics:
+            logits = prediction.detach().float().flatten(0, -2)
+            norms = logits.norm(dim=-1)
+            row["entropy"] = entropy(logits).mean()
+            row["logit_norm"] = norms.mean()
+            row["centre_dominance"] = logits.mean(0).norm() / norms.mean().clamp_min(1e-12)
+            row["predictor_drift"] = (
+                identity_drift(self.predictor) if self.predictor is not None else math.nan
+            )
         if evaluations is not None:
             first = evaluations[0]
-            row.update(first.terms)
+            if self.settings.diagnostics:
+                row.update(first.terms)
             row["selected"] = first.mask.sum() if first.filtered else first.mask.numel()
             row["updated"] = first.mask.any() if self.skipped is None else False
             row["skipped"] = self.skipped
