@@ -42,7 +42,7 @@ def write_folder(root: Path, images: int, seed: int = 0) -> None:
 
 def measure(root: Path, model: str, method: str, precision: str, device: str, batch_size: int) -> dict:
     spec = RunSpec(
-        model=f"timm:{model}",
+        model=f"timm:{model}@random",  # random weights: speed and memory, not accuracy
         dataset=f"imagenet-c:{root}",
         corruption=CORRUPTION,
         severity=SEVERITY,

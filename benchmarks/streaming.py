@@ -35,7 +35,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="1000,10000", help="folder sizes (images) for the memory check")
-    parser.add_argument("--model", default="timm:test_efficientnet_gn", help="the cheap 224² model of step 1")
+    parser.add_argument(
+        "--model", default="timm:test_efficientnet_gn@random", help="the cheap 224² model of step 1"
+    )
     parser.add_argument("--wait-images", type=int, default=1000, help="images of the 224² data-wait run")
     args = parser.parse_args()
     print(f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs")

@@ -183,12 +183,12 @@ def _expected(model: nn.Module, x: torch.Tensor, mean: float, std: float) -> tor
 
 @needs_timm
 def test_timm_spec_takes_normalization_and_size_from_pretrained_cfg() -> None:
-    info = model_info("timm:test_efficientnet", num_classes=3)
+    info = model_info("timm:test_efficientnet@random", num_classes=3)
     assert (info.mean, info.std) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     assert (info.input_size, info.num_classes, info.dataset) == (160, 3, None)
-    assert model_info("timm:test_vit").mean == (0.5, 0.5, 0.5)
-    assert model_info("timm:test_vit").dataset == "imagenet"  # 1000 classes by default
-    model = zerosiam.load_model("timm:test_efficientnet", num_classes=3)
+    assert model_info("timm:test_vit@random").mean == (0.5, 0.5, 0.5)
+    assert model_info("timm:test_vit@random").dataset == "imagenet"  # 1000 classes by default
+    model = zerosiam.load_model("timm:test_efficientnet@random", num_classes=3)
     assert model(torch.rand(2, 3, 160, 160)).shape == (2, 3)
     assert model.get_classifier() is model.wrapped_model.classifier
 
@@ -214,6 +214,32 @@ def test_timm_spec_loads_a_local_checkpoint(tmp_path: Path, suffix: str) -> None
         torch.testing.assert_close(model(x), source((x - mean) / std.view(1, 3, 1, 1)))
     with pytest.raises(RuntimeError, match="size mismatch"):  # the checkpoint's head has 3 classes
         zerosiam.load_model(f"timm:test_efficientnet@{path}", num_classes=5)
+
+
+@needs_timm
+def test_timm_spec_finds_the_pretrained_weights_in_the_hugging_face_cache_offline(tmp_path, monkeypatch):
+    import timm
+    from safetensors.torch import save_file
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(FileNotFoundError) as missing:
+        model_info("timm:test_vit.r160_in1k")
+    looked = tmp_path / "hub" / "models--timm--test_vit.r160_in1k" / "snapshots"
+    assert f"looked for {looked}/<revision>/model.safetensors" in str(missing.value)
+    assert "timm:test_vit.r160_in1k@random" in str(missing.value)  # and how to ask for random weights
+
+    torch.manual_seed(3)
+    source = timm.create_model("test_vit.r160_in1k", pretrained=False).eval()
+    snapshot = looked / "abc123"
+    snapshot.mkdir(parents=True)
+    save_file(source.state_dict(), str(snapshot / "model.safetensors"))
+    (looked.parent / "refs").mkdir()
+    (looked.parent / "refs" / "main").write_text("abc123")
+    model = zerosiam.load_model("timm:test_vit.r160_in1k")
+    x = torch.rand(1, 3, 160, 160)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), source((x - 0.5) / 0.5))
+    assert str(snapshot / "model.safetensors") in model_info("timm:test_vit.r160_in1k").source
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")  # torch deprecates TorchScript, still loads it

@@ -4,9 +4,12 @@ user's own builder function with a checkpoint.
 Syntax (the part after the first ``@`` is a checkpoint path; architecture, module and function names
 never contain ``@``, so a path may):
 
-- ``timm:<architecture>[@<checkpoint>]``, e.g. ``timm:resnet50_gn`` or
+- ``timm:<architecture>[@<checkpoint>|@random]``, e.g. ``timm:resnet50_gn.a1h_in1k`` or
   ``timm:vit_small_patch16_224.augreg_in21k_ft_in1k@/ckpt/vit.safetensors``. Built with
-  ``pretrained=False``; normalization and input size come from timm's ``pretrained_cfg`` for that name.
+  ``pretrained=False`` (nothing is downloaded); normalization and input size come from timm's
+  ``pretrained_cfg`` for that name. The weights are the checkpoint given, else the name's pretrained
+  weights in the user's Hugging Face cache (``models--timm--<name>``, as ``timm`` or ``huggingface-cli``
+  left them), else an error that names the file it looked for; ``@random`` asks for random weights.
 - ``torchscript:<path>``, a file saved with ``torch.jit.save``; ``mean=`` and ``std=`` are required.
 - ``builder:<module>:<function>[@<checkpoint>]``, e.g. ``builder:mypkg.models:make_net``; the function
   (imported, then called with ``builder_kwargs``) returns an ``nn.Module``; ``mean=``/``std=`` required.
@@ -19,8 +22,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +43,7 @@ from zerosiam.zoo.base import (
 from zerosiam.zoo.checkpoint import PathLike, existing_file, load_into, verify_sha256
 
 KINDS = ("timm", "torchscript", "builder")
+RANDOM = "random"  # timm:<architecture>@random: random weights, said explicitly
 SYNTAX = (
     "timm:<architecture>[@<checkpoint>]",
     "torchscript:<path.pt>",
@@ -111,6 +117,7 @@ def _timm_entry(architecture: str, options: Options) -> ModelEntry:
         options.std if options.std is not None else (config.std if config else IMAGENET_STD),
     )
     input_size = options.input_size or (config.input_size[-1] if config else 224)
+    options = _timm_weights(architecture, config, options)
 
     def build() -> nn.Module:
         model = timm.create_model(
@@ -127,6 +134,51 @@ def _timm_entry(architecture: str, options: Options) -> ModelEntry:
         dataset=dataset_for(num_classes, options.dataset),
         source=f"timm {timm.__version__} '{architecture}' (pretrained=False){_weights_note(options)}",
         licence="that of the checkpoint" if options.checkpoint else "no weights (random initialization)",
+    )
+
+
+def _timm_weights(architecture: str, config: Any, options: Options) -> Options:
+    """The options with the checkpoint a timm spec loads: the file given, none for ``@random``, else the
+    pretrained weights of that name in the Hugging Face cache, found offline."""
+    if options.checkpoint == RANDOM:
+        return replace(options, checkpoint=None)
+    if options.checkpoint is not None:
+        return options
+    repo = (
+        config.hf_hub_id
+        if config is not None and getattr(config, "hf_hub_id", None)
+        else f"timm/{architecture}"
+    )
+    return replace(options, checkpoint=hugging_face_cached(repo, architecture))
+
+
+def hub_cache() -> Path:
+    """The Hugging Face hub cache folder, as ``huggingface_hub`` resolves it (no network, no import)."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def hugging_face_cached(repo: str, architecture: str) -> Path:
+    """The weights file of ``repo`` in the hub cache: its ``main`` revision's ``model.safetensors`` (or
+    ``pytorch_model.bin``); a ``FileNotFoundError`` naming what was looked for when there is none."""
+    folder = hub_cache() / f"models--{repo.replace('/', '--')}"
+    main = folder / "refs" / "main"
+    revisions = (
+        [main.read_text().strip()] if main.is_file() else sorted(p.name for p in folder.glob("snapshots/*"))
+    )
+    for revision in revisions:
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            candidate = folder / "snapshots" / revision / name
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(
+        f"no weights for timm:{architecture}: looked for {folder}/snapshots/<revision>/model.safetensors "
+        f"(the Hugging Face cache of {repo}); download it once where there is a network "
+        f"(huggingface-cli download {repo}), or pass a file as timm:{architecture}@<path>, "
+        f"or ask for random weights with timm:{architecture}@random"
     )
 
 
