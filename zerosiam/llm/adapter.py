@@ -83,10 +83,7 @@ class LMAdapter(GradientLearner):
         self.optimizer = self._build_optimizer()
         self._initial = self._snapshot()
         self.resets = 0
-        for part in self.recipe.parts().values():
-            prepare = getattr(part, "prepare", None)
-            if callable(prepare):
-                prepare(self)  # no clean data on language: EATA's Fisher says so in one line
+        self.prepare_parts({})  # no clean data on language: EATA's Fisher would say so in one line
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         groups = [{"params": list(self.params.values()), "lr": self.config.lr}]
@@ -108,9 +105,8 @@ class LMAdapter(GradientLearner):
     def reset(self) -> None:
         """Back to the source model and every rule's initial state."""
         self.restore_source()
-        for part in self.recipe.parts().values():
-            if hasattr(part, "reset"):
-                part.reset()
+        for part in self.stateful_parts().values():
+            part.reset()
 
     @property
     def device(self) -> torch.device:

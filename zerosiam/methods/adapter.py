@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from torch import Tensor, nn
 
 from zerosiam.methods.recipe import Recipe
 from zerosiam.parts.contract import Batch, Evaluation
-from zerosiam.parts.learner import GradientLearner
+from zerosiam.parts.learner import GradientLearner, keyword_options
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.precision import forward_precision
@@ -84,16 +83,7 @@ class Adapter(GradientLearner):
             self._add_predictor(self._tap.feature_dim)
         else:
             self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
-        self._prepare(extras or {})
-
-    def _prepare(self, extras: dict[str, Any]) -> None:
-        """Let parts that need more than the test stream (EATA's Fisher needs clean data) set themselves
-        up on the configured model; each ``prepare`` receives only the keywords it declares."""
-        for part in self.recipe.parts().values():
-            prepare = getattr(part, "prepare", None)
-            if callable(prepare):
-                accepted = _keywords(prepare)
-                prepare(self, **{key: value for key, value in extras.items() if key in accepted})
+        self.prepare_parts(extras or {})
 
     # --- the online loop -------------------------------------------------------------------------
     def __call__(self, x: Tensor) -> Tensor:
@@ -172,14 +162,11 @@ class Adapter(GradientLearner):
     def reset(self) -> None:
         """Back to the source model exactly: weights, predictor, optimizer and every rule's state."""
         self.restore_source()
-        for part in self._stateful_parts().values():
+        for part in self.stateful_parts().values():
             part.reset()
         self._history.clear()
         self._read = 0
         self.steps = 0
-
-    def _stateful_parts(self) -> dict[str, Any]:
-        return {key: part for key, part in self.recipe.parts().items() if hasattr(part, "reset")}
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states."""
@@ -191,7 +178,7 @@ class Adapter(GradientLearner):
             )
             state["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
             state["parts"] = {
-                k: p.state_dict() for k, p in self._stateful_parts().items() if hasattr(p, "state_dict")
+                k: p.state_dict() for k, p in self.stateful_parts().items() if hasattr(p, "state_dict")
             }
         return state
 
@@ -214,7 +201,7 @@ class Adapter(GradientLearner):
                 self._add_predictor(state["predictor"][next(iter(state["predictor"]))].shape[-1])
             self.predictor.load_state_dict(state["predictor"])
         self.optimizer.load_state_dict(state["optimizer"])
-        parts = self._stateful_parts()
+        parts = self.stateful_parts()
         for key, part_state in state["parts"].items():
             parts[key].load_state_dict(part_state)
 
@@ -293,13 +280,8 @@ def prepare_options(recipe: Recipe) -> set[str]:
     for part in recipe.parts().values():
         prepare = getattr(part, "prepare", None)
         if callable(prepare):
-            options |= _keywords(prepare)
+            options |= keyword_options(prepare)
     return options
-
-
-def _keywords(function: Any) -> set[str]:
-    parameters = inspect.signature(function).parameters.values()
-    return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 _AS_PYTHON = {"selected": int, "updated": bool}  # diagnostics that are not real numbers

@@ -8,7 +8,9 @@ finiteness checks behave the same on every modality.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +27,21 @@ class GradientLearner(ABC):
     model: nn.Module
     params: dict[str, nn.Parameter]
     optimizer: torch.optim.Optimizer
+    recipe: Any  # what it runs: the parts, the step, the recovery (``zerosiam.methods.recipe.Recipe``)
     _skipped: str | None = None
+
+    def prepare_parts(self, extras: dict[str, Any]) -> None:
+        """Let parts that need more than the test stream (EATA's Fisher needs clean data) set themselves
+        up on the configured model; each ``prepare`` receives only the keywords it declares."""
+        for part in self.recipe.parts().values():
+            prepare = getattr(part, "prepare", None)
+            if callable(prepare):
+                accepted = keyword_options(prepare)
+                prepare(self, **{key: value for key, value in extras.items() if key in accepted})
+
+    def stateful_parts(self) -> dict[str, Any]:
+        """The recipe's parts that keep state (moving averages, EMAs), by their stable keys."""
+        return {key: part for key, part in self.recipe.parts().items() if hasattr(part, "reset")}
 
     @property
     def trainable(self) -> list[nn.Parameter]:
@@ -82,3 +98,9 @@ class GradientLearner(ABC):
     @abstractmethod
     def restore_source(self) -> None:
         """Put the adapted weights (and the optimizer) back to where adaptation started."""
+
+
+def keyword_options(function: Any) -> set[str]:
+    """The keyword-only parameters of ``function``: the options a part's ``prepare`` takes."""
+    parameters = inspect.signature(function).parameters.values()
+    return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
