@@ -149,8 +149,10 @@ def _method_extras(spec: RunSpec) -> dict[str, Any]:
 def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu") -> Result:
     """Execute one run on ``device`` and measure it.
 
-    The loop never waits for the host: batches travel to the device as uint8 and become model input
-    there, predictions are scored there, and the per-step diagnostics are read back once at the end.
+    The loop asks the host as little as it can: batches are gathered (or decoded) ahead by the loader,
+    travel to the device as uint8 and become model input there, predictions are scored there, and the
+    per-step diagnostics are read back once at the end. (What still reads the device each step: the
+    adapter's finiteness check of the update and, for filtering methods, whether any sample was kept.)
     """
     device = torch.device(device)
     reset_peak(device)  # a pool worker runs many specs: each reports its own peak
