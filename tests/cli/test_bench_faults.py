@@ -45,8 +45,11 @@ def run_ids(db: Path) -> list[str]:
 def wait_for_rows(db: Path, count: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if db.exists() and len(run_ids(db)) >= count:
-            return
+        try:
+            if db.exists() and len(run_ids(db)) >= count:
+                return
+        except sqlite3.OperationalError:  # the file exists a moment before the command creates its table
+            pass
         time.sleep(0.1)
     raise TimeoutError(f"{db} never held {count} rows")
 
