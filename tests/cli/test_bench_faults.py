@@ -156,6 +156,7 @@ BAD_FLAGS = [
     (["--dataset", "cifar100c"], "unknown dataset 'cifar100c'; choose one of cifar10c, imagenetc"),
     (["--methods", "tent", "--set", "alpha=2"], "option 'alpha' does not apply to method 'tent'; it takes"),
     (["--grid", "missing.yaml"], "grid file 'missing.yaml' does not exist"),
+    (["--device", "gpu"], "argument --device: unknown device 'gpu'; choose one of auto, cpu, cuda, cuda:N"),
 ]
 
 

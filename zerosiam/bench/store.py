@@ -232,14 +232,14 @@ class ResultStore:
 
     def failures(self, kind: str | None = None) -> list[dict[str, Any]]:
         """The recorded failures (of one ``kind`` when given), oldest first, the spec decoded."""
-        rows = [dict(zip(_FAILURE_COLUMNS, row, strict=True)) for row in self._select("failures", kind)]
+        found = self._select("failures", _FAILURE_COLUMNS, kind)
+        rows = [dict(zip(_FAILURE_COLUMNS, row, strict=True)) for row in found]
         for row in rows:
             row["spec"] = json.loads(row["spec"])
         return rows
 
-    def _select(self, table: str, kind: str | None) -> list[tuple[Any, ...]]:
-        """Every row of ``table`` (of one ``kind`` when given), oldest first."""
-        columns = _FAILURE_COLUMNS if table == "failures" else _COLUMNS
+    def _select(self, table: str, columns: tuple[str, ...], kind: str | None) -> list[tuple[Any, ...]]:
+        """``columns`` of every row of ``table`` (of one ``kind`` when given), oldest first."""
         where, params = (" WHERE kind = ?", (kind,)) if kind is not None else ("", ())
         with self._connect() as db:
             query = f"SELECT {', '.join(columns)} FROM {table}{where} ORDER BY created, run_id"
@@ -259,7 +259,7 @@ class ResultStore:
 
     def rows(self, kind: str | None = None) -> list[dict[str, Any]]:
         """All runs (of one ``kind`` when given), oldest first, JSON columns decoded."""
-        return [_decode(row) for row in self._select("runs", kind)]
+        return [_decode(row) for row in self._select("runs", _COLUMNS, kind)]
 
     def __len__(self) -> int:
         with self._connect() as db:

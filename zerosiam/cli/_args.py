@@ -30,3 +30,15 @@ def int_list(text: str) -> list[int]:
         return [int(item) for item in csv_list(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def device_name(text: str) -> str:
+    """A device the machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``), checked when the flags are
+    read; kept as text, so that it travels to worker processes as it was given."""
+    from zerosiam.bench.device import resolve_device  # lazily: torch only for the commands that compute
+
+    try:
+        resolve_device(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text

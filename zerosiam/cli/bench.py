@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zerosiam.cli._args import csv_list, int_list, positive_int
+from zerosiam.cli._args import csv_list, device_name, int_list, positive_int
 from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
 
 
@@ -83,7 +83,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--precision", help="the forward's precision: fp32 (default, as the paper), bf16, fp16"
     )
     parser.add_argument(
-        "--device", default="cpu", help="auto, cpu, cuda or cuda:N (not part of a run's identity)"
+        "--device",
+        type=device_name,
+        default="cpu",
+        help="auto, cpu, cuda or cuda:N (not part of a run's identity)",
     )
     parser.add_argument(
         "--gpus-per-run", type=float, default=0.0, help="Ray: GPU resources per run (0.5 shares)"
@@ -139,15 +142,10 @@ def grid_from_args(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from zerosiam.bench.device import resolve_device
     from zerosiam.bench.grid import KIND, execute
     from zerosiam.bench.store import ResultStore
 
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
-    try:
-        resolve_device(args.device)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
     specs = grid.specs()

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from zerosiam.cli._args import csv_list, positive_int
+from zerosiam.cli._args import csv_list, device_name, positive_int
 from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
 
 
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lora-targets", type=csv_list, default=["q_proj", "v_proj"])
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--mirror", help="folder holding math/*.jsonl (default: the project's data mirror)")
-    parser.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--device", type=device_name, default="cpu", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--db", type=Path, default=Path("runs/llm.db"))
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=main)
@@ -54,7 +54,6 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         specs = [LanguageRunSpec(**values) for values in _spec_values(args)]  # checked before the model loads
-        device = resolve_device(args.device)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.threads:
@@ -65,7 +64,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"{pending} run(s) to do, {len(specs) - pending} already in {args.db}", file=sys.stderr)
     try:
         with interruptible():
-            failures = execute(specs, store, args.mirror, progress=not args.no_progress, device=device)
+            failures = execute(
+                specs, store, args.mirror, progress=not args.no_progress, device=resolve_device(args.device)
+            )
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from zerosiam.cli._args import positive_int
+from zerosiam.cli._args import device_name, positive_int
 from zerosiam.cli._errors import UsageError
 
 
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
     parser.add_argument("--workers", type=positive_int)
-    parser.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--device", type=device_name, default="cpu", help="auto, cpu, cuda or cuda:N")
     parser.add_argument(
         "--data-free",
         action="store_true",
@@ -49,10 +49,7 @@ def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.select import data_free_predictor_lr, select_on_held_out
     from zerosiam.bench.store import ResultStore
 
-    try:
-        device = resolve_device(args.device)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    device = resolve_device(args.device)  # checked when the flags were read
     if args.data_free:
         if not args.predictor_lr:
             raise UsageError("--data-free needs --predictor-lr candidates")
