@@ -1,4 +1,4 @@
-"""The GPU check: the benchmark's own code on a GPU, over an ImageNet-C folder, at fp32 and bf16.
+"""The GPU check: the benchmark's own code on a GPU, over an ImageNet-C folder, at fp32, tf32 and bf16.
 
 Needs only the repository and what a standard CUDA PyTorch image has (torch, timm, numpy, pillow):
 
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=5000, help="images in the synthetic folder")
     parser.add_argument("--models", default="vit_base_patch16_224,resnet50_gn", help="timm architectures")
     parser.add_argument("--methods", default="noadapt,tent,zerosiam,sar,deyo")
-    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--precisions", default="fp32,tf32,bf16")
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     methods = args.methods.split(",")

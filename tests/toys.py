@@ -3,11 +3,18 @@ part has something to act on."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from zerosiam.parts.contract import Batch
 from zerosiam.parts.losses import entropy
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
+"""What device tests run on: the CPU always, CUDA where the machine has it (never in CI)."""
 
 
 class Tiny(nn.Module):

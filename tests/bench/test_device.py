@@ -10,14 +10,11 @@ import torch
 
 import zerosiam
 from tests.conftest import TinyGN
+from tests.toys import DEVICES
 from zerosiam.bench import runner
 from zerosiam.bench.device import describe_device, resolve_device
 from zerosiam.bench.runner import RunSpec
 
-DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
-]
 IMAGE_METHODS = [name for name, supported in zerosiam.available_methods().items() if "image" in supported]
 
 
@@ -75,7 +72,7 @@ def test_a_lower_precision_forward_keeps_losses_and_weights_in_float32(precision
     logits = adapter(torch.rand(6, 3, 8, 8))
     assert logits.dtype == torch.float32 and model.gn.weight.dtype == torch.float32
     assert adapter.last["updated"] and math.isfinite(adapter.last["loss"])
-    with pytest.raises(ValueError, match="unknown precision 'fp8'; choose one of fp32, bf16, fp16"):
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; choose one of fp32, tf32, bf16, fp16"):
         zerosiam.adapt(TinyGN(), "tent", precision="fp8")
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.toys import DEVICES
 from zerosiam.parts.split import FeatureTap, find_head
 from zerosiam.zoo.architectures import ARCHITECTURES
 from zerosiam.zoo.trained import (
@@ -248,6 +249,23 @@ def test_resume_refuses_another_configuration_or_other_data(uninterrupted: Path)
     images, labels = _data()
     with pytest.raises(ValueError, match="training data"):
         train(_config(), (images, labels.roll(1)), uninterrupted, progress_bar=False)
+
+
+def test_resume_may_change_threads_or_device(uninterrupted: Path) -> None:
+    """Where a run computes is not part of what it computes: a GPU run may be finished on the CPU."""
+    result = train(_config(threads=2, device="cpu:0"), _data(), uninterrupted, progress_bar=False)
+    assert result.progress.global_step == 16
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_runs_on_the_device_and_exports_cpu_weights(device: str, tmp_path: Path) -> None:
+    config = _config(epochs=1, device=device, checkpoint_every=0)
+    result = train(config, _data(), tmp_path, test_set=_data(64, seed=1), progress_bar=False)
+    assert result.progress.global_step == 8 and result.test_accuracy is not None
+    assert all(p.device.type == "cpu" for p in result.model.parameters())
+    sidecar = json.loads(sidecar_path(result.weights).read_text())
+    assert sidecar["config"]["device"] == device
+    assert (sidecar["device"] == "cpu") == (device == "cpu")
 
 
 def test_finished_run_only_re_exports(uninterrupted: Path) -> None:

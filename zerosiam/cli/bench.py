@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="an option of a timm:/builder:/torchscript: model, e.g. --model-option mean=0.5",
     )
     parser.add_argument(
-        "--precision", help="the forward's precision: fp32 (default, as the paper), bf16, fp16"
+        "--precision", help="the forward's precision: fp32 (default, as the paper), tf32, bf16, fp16"
     )
     parser.add_argument(
         "--device",

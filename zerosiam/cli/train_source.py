@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from zerosiam.cli._args import device_name
 from zerosiam.zoo.architectures import ARCHITECTURES
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-every", type=int, help="steps between log records")
     parser.add_argument("--eval-every", type=int, help="epochs between test evaluations (0: last only)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--device",
+        type=device_name,
+        help="auto, cpu, cuda or cuda:N (default cpu; a run may resume on another)",
+    )
     parser.add_argument("--limit-train", type=int, help="train on the first N images of a fixed shuffle")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -82,7 +88,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     from zerosiam.zoo.training import config_fields, recipe_config
 
     overrides = {name: getattr(args, name, None) for name in config_fields() if name != "arch"}
+    if overrides["device"] is not None:
+        overrides["device"] = str(_device(args.device))
     return recipe_config(args.arch, **overrides)
+
+
+def _device(name: str | None) -> torch.device:
+    from zerosiam.bench.device import resolve_device
+
+    return resolve_device(name or "cpu")
 
 
 def _test_set() -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,10 +166,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
     from zerosiam.zoo.training import time_steps
 
     batch = args.batch_size or 128
-    timing = time_steps(args.arch, batch_size=batch, steps=args.steps, threads=args.threads or 0)
+    device = _device(args.device)
+    threads = args.threads or 0
+    timing = time_steps(args.arch, batch_size=batch, steps=args.steps, threads=threads, device=device)
     steps_per_epoch = 50_000 // batch
     print(
-        f"{args.arch}: {timing['parameters'] / 1e6:.2f} M parameters; batch {batch}, "
+        f"{args.arch}: {timing['parameters'] / 1e6:.2f} M parameters; batch {batch}, {device}, "
         f"{int(timing['threads'])} threads: {timing['wall_s']:.2f} s/step wall, "
         f"{timing['cpu_s']:.2f} s/step CPU; "
         f"≈ {timing['wall_s'] * steps_per_epoch / 60:.1f} min/epoch at this wall time"

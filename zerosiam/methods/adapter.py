@@ -23,7 +23,7 @@ from zerosiam.parts.contract import Batch, Evaluation
 from zerosiam.parts.learner import GradientLearner, keyword_options
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
-from zerosiam.parts.precision import forward_precision
+from zerosiam.parts.precision import forward_precision, tensor_cores
 from zerosiam.parts.predictor import build_predictor, identity_drift
 from zerosiam.parts.split import FeatureTap
 
@@ -88,6 +88,10 @@ class Adapter(GradientLearner):
     # --- the online loop -------------------------------------------------------------------------
     def __call__(self, x: Tensor) -> Tensor:
         """The prediction for ``x`` from the current weights; then one adaptation step on ``x``."""
+        with tensor_cores(self.settings.precision):
+            return self._predict_then_adapt(x)
+
+    def _predict_then_adapt(self, x: Tensor) -> Tensor:
         _check_input(x)
         if not self.recipe.adapts:
             with torch.no_grad():
@@ -108,7 +112,7 @@ class Adapter(GradientLearner):
         _check_input(x)
         if self.recipe.adapts:
             self._batch_stats.check_batch(x.shape[0])
-        with torch.no_grad():
+        with torch.no_grad(), tensor_cores(self.settings.precision):
             return self._forward(x)
 
     def _forward(self, x: Tensor) -> Tensor:

@@ -43,6 +43,8 @@ from zerosiam.zoo.trained import build, save_trained
 CHECKPOINT_NAME = "checkpoint.pt"
 LOG_NAME = "log.jsonl"
 PAD = 4
+PLACEMENT_FIELDS = ("threads", "device")
+"""Config fields that say where a run computes, not what it computes: a resume may change them."""
 WALL_CLOCK_KEYS = ("time",)
 """Log fields that measure wall-clock time: the only ones a resumed run may not reproduce."""
 
@@ -51,7 +53,8 @@ Data = tuple[Tensor, Tensor]  # uint8 (N, H, W, 3) images, int64 (N,) labels
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that determines the trained weights (and nothing that does not, except ``threads``)."""
+    """Everything that determines the trained weights (and nothing that does not, except ``threads`` and
+    ``device``, which only say where the arithmetic runs: a run may resume on another device)."""
 
     arch: str
     epochs: int
@@ -67,6 +70,7 @@ class TrainConfig:
     log_every: int = 50  # steps between step records in the log; 0 = epoch records only
     eval_every: int = 1  # epochs between test evaluations; 0 = after the last epoch only
     threads: int = 0  # torch intra-op threads; 0 = torch's default
+    device: str = "cpu"  # where the model, the data and the augmentation live: "cpu", "cuda", "cuda:N"
 
 
 RECIPES: dict[str, dict[str, Any]] = {
@@ -124,6 +128,12 @@ def epoch_plan(seed: int, epoch: int, n: int, pad: int = PAD) -> EpochPlan:
     return EpochPlan(order, offsets, flips)
 
 
+def plan_on(plan: EpochPlan, device: torch.device) -> EpochPlan:
+    """The plan's tensors on ``device``: drawn on the CPU (so every device sees the same epoch), then moved
+    once per epoch, so that indexing the images there needs no copy per step."""
+    return EpochPlan(plan.order.to(device), plan.offsets.to(device), plan.flips.to(device))
+
+
 def augment(images: Tensor, offsets: Tensor, flips: Tensor, pad: int = PAD) -> Tensor:
     """Random-crop-with-padding and horizontal flip of a uint8 ``(B, H, W, C)`` batch, vectorised.
 
@@ -133,10 +143,11 @@ def augment(images: Tensor, offsets: Tensor, flips: Tensor, pad: int = PAD) -> T
     """
     batch, height, width, _ = images.shape
     padded = F.pad(images, (0, 0, pad, pad, pad, pad))
-    rows = offsets[:, :1] + torch.arange(height)  # (B, H)
-    cols = offsets[:, 1:] + torch.arange(width)  # (B, W)
+    device = images.device
+    rows = offsets[:, :1] + torch.arange(height, device=device)  # (B, H)
+    cols = offsets[:, 1:] + torch.arange(width, device=device)  # (B, W)
     cols = torch.where(flips[:, None], cols.flip(1), cols)
-    index = torch.arange(batch)[:, None, None]
+    index = torch.arange(batch, device=device)[:, None, None]
     return padded[index, rows[:, :, None], cols[:, None, :]]
 
 
@@ -236,12 +247,12 @@ def _save_checkpoint(
 
 
 def _config_mismatch(saved: dict[str, Any], config: TrainConfig) -> list[str]:
-    """Fields that differ between a checkpoint's config and this run's (thread count may change)."""
+    """Fields that differ between a checkpoint's config and this run's (threads and device may change)."""
     current = asdict(config)
     return [
         f"{k}: {saved.get(k)!r} → {current[k]!r}"
         for k in current
-        if k != "threads" and saved.get(k) != current[k]
+        if k not in PLACEMENT_FIELDS and saved.get(k) != current[k]
     ]
 
 
@@ -339,16 +350,19 @@ class _Run:
         progress_bar: bool,
         callback: StepCallback | None,
     ) -> None:
-        self.config, self.train_set, self.test_set = config, train_set, test_set
+        self.config = config
+        self.device = torch.device(config.device)
         self.steps_per_epoch = len(train_set[0]) // config.batch_size
         if self.steps_per_epoch == 0:
             raise ValueError(f"{len(train_set[0])} training images make no batch of {config.batch_size}")
         self.total_steps = self.steps_per_epoch * config.epochs
         self.data_sha256 = data_fingerprint(train_set)
+        self.train_set = _on(train_set, self.device)  # the whole set: 150 MB for CIFAR-10's 50,000 images
+        self.test_set = None if test_set is None else _on(test_set, self.device)
         self.checkpoint = out / CHECKPOINT_NAME
         self.progress_bar, self.callback = progress_bar, callback
         torch.manual_seed(config.seed)
-        self.model = build(config.arch).train()
+        self.model = build(config.arch).to(self.device).train()
         self.optimizer = make_optimizer(self.model, config)
         self.state = Progress()
         if self.checkpoint.is_file():
@@ -383,7 +397,7 @@ class _Run:
     def run_epoch(self) -> None:
         config, state = self.config, self.state
         images, labels = self.train_set
-        plan = epoch_plan(config.seed, state.epoch, len(images))
+        plan = plan_on(epoch_plan(config.seed, state.epoch, len(images)), self.device)
         bar = _bar(
             self.steps_per_epoch, state.step, f"epoch {state.epoch + 1}/{config.epochs}", self.progress_bar
         )
@@ -476,8 +490,9 @@ def train(
             run.run_epoch()
         weights = Path(export_dir or out) / f"{config.arch}.safetensors"
         meta = {**_export_meta(config, run.state, command), "train_data_sha256": run.data_sha256}
-        save_trained(run.model, config.arch, weights, meta)
-    return TrainResult(run.model.eval(), run.state, run.state.test_accuracy, weights)
+        model = run.model.cpu().eval()
+        save_trained(model, config.arch, weights, meta)
+    return TrainResult(model, run.state, run.state.test_accuracy, weights)
 
 
 def _export_meta(config: TrainConfig, state: Progress, command: str) -> dict[str, Any]:
@@ -491,27 +506,40 @@ def _export_meta(config: TrainConfig, state: Progress, command: str) -> dict[str
         "config": asdict(config),
         "torch": torch.__version__,
         "threads": config.threads or torch.get_num_threads(),
+        "device": _device_label(torch.device(config.device)),
     }
 
 
+def _device_label(device: torch.device) -> str:
+    """The processor a sidecar names: the GPU's model, or "cpu"."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def _on(data: Data, device: torch.device) -> Data:
+    return data[0].to(device), data[1].to(device)
+
+
 # ---------------------------------------------------------------------------------------------- timing
-def time_steps(arch: str, batch_size: int = 128, steps: int = 3, threads: int = 0) -> dict[str, float]:
+def time_steps(
+    arch: str, batch_size: int = 128, steps: int = 3, threads: int = 0, device: torch.device | str = "cpu"
+) -> dict[str, float]:
     """Seconds per training step of ``arch`` on random data after one warm-up step: wall-clock and the
     process's CPU time (on a shared machine the CPU time, divided by the threads, is the better guide to
     what an unshared machine would take)."""
     config = recipe_config(arch)
     with _threads(threads):
         torch.manual_seed(0)
-        model = build(arch).train()
+        model = build(arch).to(device).train()
         optimizer = make_optimizer(model, config)
-        images = torch.randint(0, 256, (batch_size, 32, 32, 3), dtype=torch.uint8)
-        labels = torch.randint(0, 10, (batch_size,))
+        images = torch.randint(0, 256, (batch_size, 32, 32, 3), dtype=torch.uint8, device=device)
+        labels = torch.randint(0, 10, (batch_size,), device=device)
 
         def one() -> None:
             loss = F.cross_entropy(model(to_input(images)), labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            float(loss.detach())  # waits for the device, as a training step does when it reads its loss
 
         one()
         wall, cpu = time.perf_counter(), time.process_time()

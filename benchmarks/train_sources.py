@@ -1,0 +1,107 @@
+"""Train the shipped GN/LN source models side by side on one GPU, inside a time budget.
+
+    PYTHONPATH=. python benchmarks/train_sources.py --device cuda --budget-s 300 --out runs/sources
+
+Each model is trained by ``zerosiam train-source`` in its own process (the command its sidecar records,
+so any one of them can be rerun alone, and resumes from its checkpoint after an interruption). Small
+CIFAR models leave most of a large GPU idle, so the three share it. The epochs are chosen from the
+budget: every model first times a few training steps while the others do the same (the speed it will
+have while sharing), then gets as many epochs as fit, between ``--min-epochs`` and its ``--max-epochs``.
+The recipes are ``zerosiam.zoo.training.RECIPES`` with ``--label-smoothing`` for the LayerNorm models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BATCH, TRAIN_IMAGES = 128, 50_000
+MAX_EPOCHS = {"resnet26_gn": 80, "convnext_nano_ln": 80, "vit_tiny_ln": 100}
+SMOOTHING = {"resnet26_gn": 0.0, "convnext_nano_ln": 0.1, "vit_tiny_ln": 0.1}
+SLACK = 1.3
+"""What a training epoch costs beyond its timed steps: augmentation, the test evaluation, the checkpoint."""
+
+
+def _seconds_per_step(arch: str, device: str, steps: int) -> float:
+    from zerosiam.zoo.training import time_steps
+
+    return time_steps(arch, steps=steps, device=device)["wall_s"]
+
+
+def probe(archs: list[str], device: str, steps: int) -> dict[str, float]:
+    """Seconds per step of each architecture, all timed at once (each process on its own share of the GPU)."""
+    with multiprocessing.get_context("spawn").Pool(len(archs)) as pool:
+        times = pool.starmap(_seconds_per_step, [(arch, device, steps) for arch in archs])
+    return dict(zip(archs, times, strict=True))
+
+
+def epochs_for(seconds_per_step: float, steps_per_epoch: int, budget_s: float, least: int, most: int) -> int:
+    return max(least, min(most, math.floor(budget_s / (seconds_per_step * steps_per_epoch * SLACK))))
+
+
+def command(arch: str, epochs: int, device: str, out: Path, export_dir: Path, limit: int | None) -> list[str]:
+    limit_args = ["--limit-train", str(limit)] if limit else []
+    return [
+        sys.executable, "-m", "zerosiam", "train-source", "--arch", arch, "--epochs", str(epochs),
+        "--label-smoothing", str(SMOOTHING.get(arch, 0.0)), "--device", device, "--out", str(out / arch),
+        "--export-dir", str(export_dir), "--log-every", "100", "--no-progress", *limit_args,
+    ]  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="wall time for the trainings")
+    parser.add_argument("--archs", default=",".join(MAX_EPOCHS))
+    parser.add_argument("--min-epochs", type=int, default=30)
+    parser.add_argument("--probe-steps", type=int, default=30)
+    parser.add_argument("--limit-train", type=int, help="train on N images (a quick check of this script)")
+    parser.add_argument("--out", type=Path, default=Path("runs/sources"))
+    parser.add_argument("--export-dir", type=Path, help="default: <out>/weights")
+    args = parser.parse_args()
+    archs = args.archs.split(",")
+    export_dir = args.export_dir or args.out / "weights"
+    export_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    from zerosiam.data.sources import read_cifar10_jpeg
+
+    for split in ("train", "test"):  # decode once into the cache, before the trainings read it
+        read_cifar10_jpeg(split)
+    speeds = probe(archs, args.device, args.probe_steps)
+    left = args.budget_s - (time.perf_counter() - started)
+    steps_per_epoch = (args.limit_train or TRAIN_IMAGES) // BATCH
+    epochs = {
+        a: epochs_for(speeds[a], steps_per_epoch, left, args.min_epochs, MAX_EPOCHS.get(a, 100))
+        for a in archs
+    }
+    for arch in archs:
+        print(f"{arch}: {1000 * speeds[arch]:.1f} ms/step while sharing → {epochs[arch]} epochs", flush=True)
+    runs = {
+        a: subprocess.Popen(command(a, epochs[a], args.device, args.out, export_dir, args.limit_train))
+        for a in archs
+    }
+    codes = {arch: run.wait() for arch, run in runs.items()}
+    for arch in archs:
+        sidecar = export_dir / f"{arch}.json"
+        if codes[arch] == 0 and sidecar.is_file():
+            meta = json.loads(sidecar.read_text())
+            print(
+                f"{arch}: {100 * meta['test_accuracy']:.2f} % after {meta['epochs']} epochs, "
+                f"{meta['wall_time_s'] / 60:.1f} min on {meta['device']}"
+            )
+        else:
+            print(f"{arch}: exit {codes[arch]}; rerun its command to resume: {' '.join(runs[arch].args)}")
+    return max(codes.values())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
