@@ -40,7 +40,15 @@ def write_folder(root: Path, images: int, seed: int = 0) -> None:
         Image.fromarray(pixels).save(folder / f"{index:06d}.JPEG", quality=85)
 
 
-def measure(root: Path, model: str, method: str, precision: str, device: str, batch_size: int) -> dict:
+def measure(
+    root: Path,
+    model: str,
+    method: str,
+    precision: str,
+    device: str,
+    batch_size: int,
+    limit: int | None = None,
+) -> dict:
     spec = RunSpec(
         model=f"timm:{model}@random",  # random weights: speed and memory, not accuracy
         dataset=f"imagenet-c:{root}",
@@ -50,6 +58,7 @@ def measure(root: Path, model: str, method: str, precision: str, device: str, ba
         method=method,
         precision=precision,
         batch_size=batch_size,
+        limit=limit,
     )
     metrics = run(spec, device=resolve_device(device)).metrics
     return {
@@ -97,6 +106,10 @@ def main() -> None:
         print(f"wrote {args.images} JPEGs in {time.perf_counter() - start:.1f} s")
         for model in args.models.split(","):
             for precision in args.precisions.split(","):
+                # untimed: the first backward at a precision pays for cuBLAS/cuDNN's one-time set-up
+                measure(
+                    root, model, "tent", precision, str(device), args.batch_size, limit=4 * args.batch_size
+                )
                 rows = {m: measure(root, model, m, precision, str(device), args.batch_size) for m in methods}
                 memory = "GPU memory" if device.type == "cuda" else "resident memory"
                 print(f"\n{model}, {precision}, {args.images} images, batch {args.batch_size}\n")

@@ -5,9 +5,10 @@
 Each model is trained by ``zerosiam train-source`` in its own process (the command its sidecar records,
 so any one of them can be rerun alone, and resumes from its checkpoint after an interruption). Small
 CIFAR models leave most of a large GPU idle, so the three share it. The epochs are chosen from the
-budget: every model first times a few training steps while the others do the same (the speed it will
-have while sharing), then gets as many epochs as fit, between ``--min-epochs`` and its ``--max-epochs``.
-The recipes are ``zerosiam.zoo.training.RECIPES`` with ``--label-smoothing`` for the LayerNorm models.
+budget: every model first times a few training steps while the others do the same (the speed it
+will have while sharing), then gets as many epochs as fit, between ``--min-epochs`` and its recipe's
+(``zerosiam.zoo.training.RECIPES``, the recipes of the shipped weights). When the budget runs out
+first, the checkpoints stay: rerun the printed command (on any device) to finish.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ import time
 from pathlib import Path
 
 BATCH, TRAIN_IMAGES = 128, 50_000
-MAX_EPOCHS = {"resnet26_gn": 80, "convnext_nano_ln": 80, "vit_tiny_ln": 100}
-SMOOTHING = {"resnet26_gn": 0.0, "convnext_nano_ln": 0.1, "vit_tiny_ln": 0.1}
+SHIPPED = ("resnet26_gn", "convnext_nano_ln", "vit_tiny_ln")
 SLACK = 1.3
 """What a training epoch costs beyond its timed steps: augmentation, the test evaluation, the checkpoint."""
 
@@ -49,7 +49,7 @@ def command(arch: str, epochs: int, device: str, out: Path, export_dir: Path, li
     limit_args = ["--limit-train", str(limit)] if limit else []
     return [
         sys.executable, "-m", "zerosiam", "train-source", "--arch", arch, "--epochs", str(epochs),
-        "--label-smoothing", str(SMOOTHING.get(arch, 0.0)), "--device", device, "--out", str(out / arch),
+        "--device", device, "--out", str(out / arch),
         "--export-dir", str(export_dir), "--log-every", "100", "--no-progress", *limit_args,
     ]  # fmt: skip
 
@@ -60,7 +60,7 @@ def main() -> int:
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=float, default=300.0, help="wall time for the trainings")
-    parser.add_argument("--archs", default=",".join(MAX_EPOCHS))
+    parser.add_argument("--archs", default=",".join(SHIPPED))
     parser.add_argument("--min-epochs", type=int, default=30)
     parser.add_argument("--probe-steps", type=int, default=30)
     parser.add_argument("--limit-train", type=int, help="train on N images (a quick check of this script)")
@@ -73,6 +73,7 @@ def main() -> int:
     started = time.perf_counter()
 
     from zerosiam.data.sources import read_cifar10_jpeg
+    from zerosiam.zoo.training import RECIPES
 
     for split in ("train", "test"):  # decode once into the cache, before the trainings read it
         read_cifar10_jpeg(split)
@@ -80,8 +81,7 @@ def main() -> int:
     left = args.budget_s - (time.perf_counter() - started)
     steps_per_epoch = (args.limit_train or TRAIN_IMAGES) // BATCH
     epochs = {
-        a: epochs_for(speeds[a], steps_per_epoch, left, args.min_epochs, MAX_EPOCHS.get(a, 100))
-        for a in archs
+        a: epochs_for(speeds[a], steps_per_epoch, left, args.min_epochs, RECIPES[a]["epochs"]) for a in archs
     }
     for arch in archs:
         print(f"{arch}: {1000 * speeds[arch]:.1f} ms/step while sharing → {epochs[arch]} epochs", flush=True)
