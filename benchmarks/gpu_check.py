@@ -6,7 +6,8 @@ Needs only the repository and what a standard CUDA PyTorch image has (torch, tim
     PYTHONPATH=. python benchmarks/gpu_check.py --device cpu --images 128 --models test_efficientnet_gn
 
 It writes a synthetic ImageNet-C-layout folder (``gaussian_noise/5/<wnid>/*.JPEG``, 224², random pixels)
-to a temporary folder, then runs each method on each timm model (random weights, 1,000 classes) through
+to a temporary folder, then runs each method on each timm model (random weights, 1,000 classes, the
+head scaled ×50 so that predictions are confident and SAR's and DeYO's filters keep samples) through
 ``zerosiam.bench.runner.run`` (the code ``zerosiam bench --dataset imagenet-c:<root>`` runs), and
 prints per method: images/s, peak memory (GPU, or resident on the CPU), the fraction of the loop's
 wall time spent waiting for data, and time and memory as ratios to Tent in the same model and precision.
@@ -20,13 +21,29 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
+from torch import nn
 
 from zerosiam.bench.device import describe_device, resolve_device
 from zerosiam.bench.runner import RunSpec, run
 from zerosiam.data.sources import imagenet_wnids
 
 CORRUPTION, SEVERITY = "gaussian_noise", 5
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def confident_timm(name: str) -> nn.Module:
+    """A timm model with random weights and its head scaled ×50. Random weights alone predict almost
+    uniformly (entropy near ln 1000, above SAR's and DeYO's thresholds), so those methods would keep no
+    sample and never run their backward; a confident head makes them do the work they do on a trained
+    model, as ``benchmarks/efficiency.py`` does on the CPU."""
+    import timm
+
+    model = timm.create_model(name, pretrained=False, num_classes=1000)
+    with torch.no_grad():
+        model.get_classifier().weight.mul_(50)
+    return model
 
 
 def write_folder(root: Path, images: int, seed: int = 0) -> None:
@@ -50,7 +67,13 @@ def measure(
     limit: int | None = None,
 ) -> dict:
     spec = RunSpec(
-        model=f"timm:{model}@random",  # random weights: speed and memory, not accuracy
+        model="builder:benchmarks.gpu_check:confident_timm",  # random weights: speed and memory only
+        model_options={
+            "mean": IMAGENET_MEAN,
+            "std": IMAGENET_STD,
+            "dataset": "imagenet",
+            "builder_kwargs": {"name": model},
+        },
         dataset=f"imagenet-c:{root}",
         corruption=CORRUPTION,
         severity=SEVERITY,

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_gpu_check_runs_on_the_cpu_and_prints_its_tables():
     command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--images", "128",
-               "--models", "test_efficientnet_gn", "--methods", "tent,zerosiam",
+               "--models", "test_efficientnet_gn", "--methods", "tent,zerosiam,sar",
                "--precisions", "fp32,bf16"]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -184,20 +184,25 @@ def test_cifar10c_bad_input(cifar_c: Path) -> None:
 # ---------------------------------------------------------------------------------------------- ImageNet-C
 def test_imagenet_c_folders(tmp_path: Path, cache: Path) -> None:
     root = tmp_path / "ImageNet-C"
-    layout = {"n02": [(0, 0, 200)], "n01": [(200, 0, 0), (0, 200, 0)]}
+    wnids = sources.imagenet_wnids()
+    layout = {wnids[7]: [(0, 0, 200)], wnids[3]: [(200, 0, 0), (0, 200, 0)]}  # a subset of the classes
     for wnid, colours in layout.items():
         folder = root / "snow" / "5" / wnid
         folder.mkdir(parents=True)
         for number, colour in enumerate(colours):
             (folder / f"img{number}.JPEG").write_bytes(encode(solid(colour, 16, 16)))
     images, labels, names = sources.read_imagenet_c(root, "snow", 5)
-    assert names == ["n01", "n02"] and labels.tolist() == [0, 0, 1]
+    assert names == wnids and labels.tolist() == [3, 3, 7]  # canonical indices, not the folders' positions
     assert images.shape == (3, 16, 16, 3)
     assert images[2, 8, 8].argmax() == 2 and images[0, 8, 8].argmax() == 0
     again = sources.read_imagenet_c(root, "snow", 5)
     assert np.array_equal(again[0], images) and len(list((cache / "decoded").glob("imagenet-c-*.npz"))) == 1
     with pytest.raises(FileNotFoundError, match="fog"):
         sources.read_imagenet_c(root, "fog", 5)
+    (root / "snow" / "5" / "n99999999").mkdir()
+    (root / "snow" / "5" / "n99999999" / "a.JPEG").write_bytes(encode(solid((0, 0, 0), 16, 16)))
+    with pytest.raises(sources.DatasetFormatError, match="no ImageNet-1k wnid: \\['n99999999'\\]"):
+        sources.read_imagenet_c(root, "snow", 5)
 
 
 # ---------------------------------------------------------------------------------------------- CIFAR python

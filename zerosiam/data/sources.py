@@ -268,9 +268,12 @@ def read_cifar10c(root: PathLike, corruption: str, severity: int) -> Dataset:
 def read_imagenet_c(
     root: PathLike, corruption: str, severity: int, *, cache: PathLike | None = None, use_cache: bool = True
 ) -> Dataset:
-    """``<root>/<corruption>/<severity>/<wnid>/*.JPEG`` as stored (ImageNet-C images are already 224²).
+    """``<root>/<corruption>/<severity>/<wnid>/*.JPEG`` decoded into memory, as stored (ImageNet-C images
+    are already 224²): for samples. A whole folder is 50,000 images, 7.5 GB decoded: stream it with
+    ``open_imagenet_c``, as the benchmark does.
 
-    Labels index the sorted wnid folders found; class names are the wnids.
+    Labels are the canonical ImageNet-1k index of each image's wnid (as ``open_imagenet_c``'s), so a
+    folder holding a subset of the classes keeps the right labels; class names are the 1,000 wnids.
     """
     _check_severity(severity)
     folder = Path(root) / corruption / str(severity)
@@ -278,7 +281,11 @@ def read_imagenet_c(
         raise FileNotFoundError(f"ImageNet-C folder {folder} does not exist")
     files = _imagenet_c_files(folder)
     listing = [(str(f.relative_to(folder)), *_size_mtime(f)) for f in files]
-    key = {"folder": str(folder.resolve()), "listing": hashlib.sha256(repr(listing).encode()).hexdigest()}
+    key = {
+        "folder": str(folder.resolve()),
+        "listing": hashlib.sha256(repr(listing).encode()).hexdigest(),
+        "labels": "imagenet-1k",  # earlier versions numbered the folders found; never reuse their cache
+    }
     return _cached("imagenet-c", key, lambda: _decode_imagenet_c(folder, files), cache, use_cache)
 
 
@@ -374,10 +381,9 @@ def _imagenet_c_files(folder: Path) -> list[Path]:
 
 
 def _decode_imagenet_c(folder: Path, files: list[Path]) -> Dataset:
-    wnids = sorted({f.parent.name for f in files})
-    images = [_decode_rgb(f, f) for f in files]
-    labels = [wnids.index(f.parent.name) for f in files]
-    return _as_dataset(images, labels, wnids, folder)
+    wnids = imagenet_wnids()
+    labels = _canonical_labels(files, wnids, folder)
+    return _as_dataset([_decode_rgb(f, f) for f in files], labels, wnids, folder)
 
 
 # ---------------------------------------------------------------------------------------------- CIFAR python
