@@ -112,7 +112,7 @@ class Adapter(GradientLearner):
         _check_input(x)
         if self.recipe.adapts:
             self._batch_stats.check_batch(x.shape[0])
-        with torch.no_grad(), tensor_cores(self.settings.precision):
+        with torch.no_grad():
             return self._forward(x)
 
     def _forward(self, x: Tensor) -> Tensor:
