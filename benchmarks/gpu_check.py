@@ -62,7 +62,7 @@ def measure(
     model: str,
     method: str,
     precision: str,
-    device: str,
+    device: torch.device,
     batch_size: int,
     limit: int | None = None,
 ) -> dict:
@@ -83,7 +83,7 @@ def measure(
         batch_size=batch_size,
         limit=limit,
     )
-    metrics = run(spec, device=resolve_device(device)).metrics
+    metrics = run(spec, device=device).metrics
     return {
         "images_per_s": metrics["samples"] / metrics["seconds"],
         "memory_mb": metrics.get("peak_gpu_mb", metrics["peak_rss_mb"]),
@@ -130,10 +130,8 @@ def main() -> None:
         for model in args.models.split(","):
             for precision in args.precisions.split(","):
                 # untimed: the first backward at a precision pays for cuBLAS/cuDNN's one-time set-up
-                measure(
-                    root, model, "tent", precision, str(device), args.batch_size, limit=4 * args.batch_size
-                )
-                rows = {m: measure(root, model, m, precision, str(device), args.batch_size) for m in methods}
+                measure(root, model, "tent", precision, device, args.batch_size, limit=4 * args.batch_size)
+                rows = {m: measure(root, model, m, precision, device, args.batch_size) for m in methods}
                 memory = "GPU memory" if device.type == "cuda" else "resident memory"
                 print(f"\n{model}, {precision}, {args.images} images, batch {args.batch_size}\n")
                 print(table(rows, memory))

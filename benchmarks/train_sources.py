@@ -22,7 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-BATCH, TRAIN_IMAGES = 128, 50_000
 SHIPPED = ("resnet26_gn", "convnext_nano_ln", "vit_tiny_ln")
 SLACK = 2.3
 """An epoch's cost over its probed steps: augmentation, the test evaluation, the checkpoint, and sharing
@@ -32,9 +31,10 @@ ViT); the ResNet alone at 0.9×. 1.3 let the budget stop two of the three before
 
 
 def _seconds_per_step(arch: str, device: str, steps: int) -> float:
-    from zerosiam.zoo.training import time_steps
+    from zerosiam.zoo.training import recipe_config, time_steps
 
-    return time_steps(arch, steps=steps, device=device)["wall_s"]
+    batch = recipe_config(arch).batch_size
+    return time_steps(arch, batch_size=batch, steps=steps, device=device)["wall_s"]
 
 
 def probe(archs: list[str], device: str, steps: int) -> dict[str, float]:
@@ -76,16 +76,17 @@ def main() -> int:
     started = time.perf_counter()
 
     from zerosiam.data.sources import read_cifar10_jpeg
-    from zerosiam.zoo.training import RECIPES
+    from zerosiam.zoo.training import recipe_config
 
-    for split in ("train", "test"):  # decode once into the cache, before the trainings read it
-        read_cifar10_jpeg(split)
+    train_images = len(read_cifar10_jpeg("train")[0])  # decoded once into the cache, as is the test set,
+    read_cifar10_jpeg("test")  # before the trainings read them
     speeds = probe(archs, args.device, args.probe_steps)
     left = args.budget_s - (time.perf_counter() - started)
-    steps_per_epoch = (args.limit_train or TRAIN_IMAGES) // BATCH
-    epochs = {
-        a: epochs_for(speeds[a], steps_per_epoch, left, args.min_epochs, RECIPES[a]["epochs"]) for a in archs
-    }
+    epochs = {}
+    for arch in archs:
+        recipe = recipe_config(arch)
+        steps_per_epoch = min(args.limit_train or train_images, train_images) // recipe.batch_size
+        epochs[arch] = epochs_for(speeds[arch], steps_per_epoch, left, args.min_epochs, recipe.epochs)
     for arch in archs:
         print(f"{arch}: {1000 * speeds[arch]:.1f} ms/step while sharing → {epochs[arch]} epochs", flush=True)
     runs = {

@@ -275,11 +275,7 @@ def read_imagenet_c(
     Labels are the canonical ImageNet-1k index of each image's wnid (as ``open_imagenet_c``'s), so a
     folder holding a subset of the classes keeps the right labels; class names are the 1,000 wnids.
     """
-    _check_severity(severity)
-    folder = Path(root) / corruption / str(severity)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"ImageNet-C folder {folder} does not exist")
-    files = _imagenet_c_files(folder)
+    folder, files = _imagenet_c_folder(root, corruption, severity)
     listing = [(str(f.relative_to(folder)), *_size_mtime(f)) for f in files]
     key = {
         "folder": str(folder.resolve()),
@@ -331,11 +327,7 @@ def open_imagenet_c(
     """``<root>/<corruption>/<severity>/<wnid>/*.JPEG``, streamed: the files (decoded when indexed) and
     their labels, the canonical ImageNet-1k index of each wnid in ``wnids`` (the 1,000 sorted wnids), so
     a folder holding a subset of the classes keeps the labels of the full set."""
-    _check_severity(severity)
-    folder = Path(root) / corruption / str(severity)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"ImageNet-C folder {folder} does not exist")
-    files = _imagenet_c_files(folder)
+    folder, files = _imagenet_c_folder(root, corruption, severity)
     return ImageFiles(files), np.array(_canonical_labels(files, wnids, folder), dtype=np.int64)
 
 
@@ -360,6 +352,16 @@ def imagenet_wnids() -> list[str]:
 def _size_mtime(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns
+
+
+def _imagenet_c_folder(root: PathLike, corruption: str, severity: int) -> tuple[Path, list[Path]]:
+    """``<root>/<corruption>/<severity>`` and its images (``_imagenet_c_files``); a missing folder or a bad
+    severity is an error naming it."""
+    _check_severity(severity)
+    folder = Path(root) / corruption / str(severity)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"ImageNet-C folder {folder} does not exist")
+    return folder, _imagenet_c_files(folder)
 
 
 def _imagenet_c_files(folder: Path) -> list[Path]:
