@@ -57,6 +57,19 @@ def test_spec_validation_and_stable_ids():
     assert _spec(hparams={"lr": 1e-3}).run_id != _spec(hparams={"lr": 1e-4}).run_id
 
 
+def test_a_trained_zoo_model_names_its_weights_in_the_run_id(monkeypatch):
+    """Retrained weights keep the model's name; the run id must still change, or an old store would be
+    resumed with results of the old weights."""
+    assert runner.shipped_sha256("resnet20") is None  # a fixed asset, not trained here
+    assert len(runner.shipped_sha256("resnet26_gn")) == 64
+    spec = _spec(model="resnet26_gn")
+    shipped = spec.run_id
+    monkeypatch.setattr(runner, "shipped_sha256", lambda model: "0" * 64)
+    assert spec.run_id != shipped
+    monkeypatch.setattr(runner, "shipped_sha256", lambda model: None)  # resnet20: a fixed asset
+    assert spec.run_id != shipped
+
+
 def test_accuracy_is_a_fraction_and_nan_free_curves_are_kept(fake_domains, tiny_model):
     result = runner.run(_spec(method="zerosiam", batch_size=10, hparams={"lr": 1e-3, "predictor_lr": 1e-2}))
     assert 0.0 <= result.metrics["accuracy"] <= 1.0 and result.metrics["samples"] == 50

@@ -32,3 +32,22 @@ def test_data_free_predictor_lr_prefers_the_least_disruptive_rate(tiny_model, mo
     assert list(changes) == candidates and chosen == min(changes, key=changes.get)
     assert len({round(v, 9) for v in changes.values()}) == 3  # η_h reaches the model through the norms
     assert all(v > 0 for v in changes.values())
+
+
+def test_a_grid_takes_each_methods_selected_rates_from_the_store(fake_domains, tiny_model, tmp_path):
+    import pytest
+
+    from zerosiam.bench.grid import Grid
+    from zerosiam.bench.select import select_on_held_out, with_selected_rates
+
+    store = ResultStore(tmp_path / "select.db")
+    grid = Grid(models=["tiny"], methods=["noadapt", "tent", "zerosiam"], corruptions=["fog"])
+    with pytest.raises(ValueError, match="no learning rate selected for 'tent'.*select-lr"):
+        with_selected_rates(grid.specs(), store)
+    sweep = {"lr_scale": [0.1, 10.0]}  # the same candidates for both methods
+    choices = select_on_held_out("tiny", ["tent", "zerosiam"], sweep, store, backend="inline", progress=False)
+    chosen = {choice.method: choice.hparams for choice in choices}
+    specs = with_selected_rates(grid.specs(), store)
+    assert [spec.hparams for spec in specs] == [{}, chosen["tent"], chosen["zerosiam"]]
+    ablation = Grid(models=["tiny"], methods=["zerosiam"], corruptions=["fog"], hparams={"lr_scale": 1.0})
+    assert with_selected_rates(ablation.specs(), store)[0].hparams == {"lr_scale": 1.0}  # its own wins

@@ -18,6 +18,7 @@ from zerosiam.parts.selection import (
     not_redundant,
     plpd,
     plpd_above,
+    redundancy_epsilon,
     shuffle_patches,
 )
 
@@ -46,6 +47,19 @@ def test_not_redundant_follows_the_moving_average_of_kept_predictions():
     assert torch.allclose(rule.mean, expected)
     rule.reset()
     assert rule.mean is None
+
+
+def test_redundancy_epsilon_depends_on_the_class_count():
+    """With ε = 0.05 no 10-class sample could pass once the moving average exists: a confident
+    prediction's cosine to a balanced mean is 1/√10 ≈ 0.32. The default takes ε from C."""
+    assert redundancy_epsilon(1000) == 0.05
+    assert redundancy_epsilon(10) == 0.4
+    balanced = torch.zeros(10, 10).fill_diagonal_(20.0)  # one confident sample per class
+    by_class_count, imagenet_value = not_redundant(), not_redundant(0.05)
+    for rule in (by_class_count, imagenet_value):
+        rule.observe(batch_of(balanced), torch.ones(10, dtype=torch.bool))
+    assert by_class_count(batch_of(balanced)).all()  # |cos| ≈ 0.32 < 0.4
+    assert not imagenet_value(batch_of(balanced)).any()  # 0.32 ≥ 0.05: EATA would never update
 
 
 def test_eata_weight_is_exp_of_margin_minus_entropy():

@@ -34,6 +34,7 @@ from zerosiam.zoo import MODELS, model_info
 from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
 
 KIND = "vision"
+RATES = ("paper", "selected")  # where each method's learning rates come from
 
 
 class GridError(ValueError):
@@ -79,6 +80,7 @@ class Grid:
     model_options: dict[str, Any] = field(default_factory=dict)
     hparams: dict[str, Any] = field(default_factory=dict)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
+    rates: str = "paper"  # or "selected": each method's rates as `zerosiam select-lr` chose them
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> Grid:
@@ -114,6 +116,7 @@ class Grid:
             except ValueError as error:
                 raise GridError(str(error)) from None
         _choose("precision", [self.precision], PRECISIONS)
+        _choose("rates", [self.rates], RATES)
         for model in self.models:
             _check_model_options(model, self.model_options)
         try:

@@ -44,6 +44,7 @@ from zerosiam.protocols.build import (
     subsample,
     to_device,
 )
+from zerosiam.zoo.trained import shipped_sha256
 
 CURVE_KEYS = (
     "logit_norm",
@@ -97,8 +98,17 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        """A stable identity: the sha256 of the spec's canonical JSON, as for every row of the store."""
-        return run_id_for(self.as_dict())
+        """A stable identity: the sha256 of the spec's canonical JSON, as for every row of the store.
+
+        A zoo model trained by this project (``resnet26_gn``, ...) adds its shipped weights' sha256: the
+        name stays when the weights are retrained, and a store written with the old ones must not be
+        resumed as if it held results of the new ones.
+        """
+        identity = self.as_dict()
+        weights = shipped_sha256(self.model)
+        if weights is not None:
+            identity["weights_sha256"] = weights
+        return run_id_for(identity)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunSpec:
@@ -202,7 +212,7 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
         spec,
         metrics,
         _curves(adapter, curve),
-        {**environment(), **describe_device(device)},
+        {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)},
     )
 
 

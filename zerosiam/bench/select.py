@@ -10,6 +10,7 @@ learn.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,9 @@ import torch
 import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench.grid import KIND, Grid, execute
+from zerosiam.bench.runner import RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
+from zerosiam.methods import get_recipe
 from zerosiam.parts.losses import entropy
 
 SELECTION_KIND = "lr_selection"
@@ -111,6 +114,44 @@ def _record(
     }
     metrics = {"chosen": choice.hparams, "accuracy": choice.accuracy, "candidates": choice.table}
     store.put(run_id_for(spec), SELECTION_KIND, spec, metrics, {}, {}, replace=True)
+
+
+def selected_hparams(store: ResultStore, model: str, dataset: str, method: str) -> dict[str, Any]:
+    """The rates ``select-lr`` chose for ``method`` on ``model`` and ``dataset``, read from the store.
+
+    Raises a ``ValueError`` naming the command to run when there is no choice, and when the store holds
+    several selections that disagree (say, made on two protocols): a table must say which it used.
+    """
+    chosen = {
+        _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
+        for row in store.rows(SELECTION_KIND)
+        if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]) == (model, dataset, method)
+    }
+    if not chosen:
+        raise ValueError(
+            f"no learning rate selected for {method!r} on {model!r} ({dataset}) in {store.path}; "
+            f"run `zerosiam select-lr --model {model} --methods {method} --db {store.path} ...` first"
+        )
+    if len(chosen) > 1:
+        raise ValueError(
+            f"{store.path} holds {len(chosen)} different selections for {method!r} on {model!r} "
+            f"({dataset}): {sorted(chosen)}; keep one"
+        )
+    return next(iter(chosen.values()))
+
+
+def with_selected_rates(specs: list[RunSpec], store: ResultStore) -> list[RunSpec]:
+    """Each spec with the rates selected for its (model, dataset, method) added to its hparams; methods
+    that take no rate (NoAdapt) are left alone. Options the spec sets itself win (an ablation keeps the
+    selected rate of its method unless it sweeps the rate)."""
+    out = []
+    for spec in specs:
+        if not get_recipe(spec.method).adapts:
+            out.append(spec)
+            continue
+        chosen = selected_hparams(store, spec.model, spec.dataset, spec.method)
+        out.append(dataclasses.replace(spec, hparams={**chosen, **spec.hparams}))
+    return out
 
 
 def data_free_predictor_lr(

@@ -83,6 +83,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--precision", help="the forward's precision: fp32 (default, as the paper), tf32, bf16, fp16"
     )
     parser.add_argument(
+        "--rates",
+        help="paper (default: each method's published rates) or selected (the choice `zerosiam "
+        "select-lr` recorded in --db for each model and method)",
+    )
+    parser.add_argument(
         "--device",
         type=device_name,
         default="cpu",
@@ -123,6 +128,7 @@ def grid_from_args(args: argparse.Namespace):
         "batch_size": args.batch_size,
         "limit": args.limit,
         "precision": args.precision,
+        "rates": args.rates,
     }
     values.update({key: value for key, value in flags.items() if value is not None})
     values["hparams"] = {**values.get("hparams", {}), **_assignments(args.hparams, many=False)}
@@ -151,6 +157,13 @@ def main(args: argparse.Namespace) -> int:
     specs = grid.specs()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
+    if grid.rates == "selected":
+        from zerosiam.bench.select import with_selected_rates
+
+        try:
+            specs = with_selected_rates(specs, store)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     try:
         with interruptible():
             ran, failures = execute(

@@ -1,6 +1,7 @@
 """``zerosiam select-lr``: choose learning rates on the 4 held-out extra corruptions, never the benchmark.
 
 zerosiam select-lr --model resnet20 --methods tent,zerosiam --lr 1e-4,1e-3,1e-2 --predictor-lr 1e-3,1e-2
+zerosiam select-lr --model resnet26_gn --methods tent,sar,zerosiam --lr-scale 0.3,1,3,10
 zerosiam select-lr --model resnet20 --data-free --predictor-lr 1e-4,1e-3,1e-2,1e-1
 """
 
@@ -28,6 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--methods", default="tent,zerosiam")
     parser.add_argument("--lr", type=_floats, help="candidate η_f values")
     parser.add_argument("--predictor-lr", type=_floats, help="candidate η_h values (ZeroSiam)")
+    parser.add_argument(
+        "--lr-scale",
+        type=_floats,
+        help="candidate multiples of each method's published rates (both of ZeroSiam's): the same "
+        "candidates for every method",
+    )
     parser.add_argument("--dataset", default="cifar10c")
     parser.add_argument("--severity", type=int, default=5)
     parser.add_argument("--protocol", default="mild")
@@ -61,9 +68,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"predictor_lr={candidate:g}: |ΔH| = {change:.4f} nats")
         print(f"chosen predictor_lr = {chosen:g}")
         return 0
-    sweep = {key: values for key, values in (("lr", args.lr), ("predictor_lr", args.predictor_lr)) if values}
+    candidates = (("lr", args.lr), ("predictor_lr", args.predictor_lr), ("lr_scale", args.lr_scale))
+    sweep = {key: values for key, values in candidates if values}
     if not sweep:
-        raise UsageError("give candidates with --lr and/or --predictor-lr")
+        raise UsageError("give candidates with --lr, --predictor-lr or --lr-scale")
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
     choices = select_on_held_out(

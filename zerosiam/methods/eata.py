@@ -1,7 +1,8 @@
 """EATA (Niu et al., ICML 2022): efficient anti-forgetting test-time adaptation.
 
 Tent with three changes. It learns only from reliable samples (entropy below E0 = 0.4·ln C) that are not
-redundant (a prediction nearly orthogonal to the moving average of recent predictions, |cos| < 0.05), so
+redundant (a prediction nearly orthogonal to the moving average of recent predictions, |cos| < ε: 0.05
+for ImageNet's 1,000 classes, 0.4 for fewer, see ``redundancy_epsilon``), so
 fewer backward passes are spent and each carries new information. Each kept sample is weighted by
 exp(E0 − H): the more confident, the more it counts. And a Fisher-weighted penalty, estimated on clean
 in-distribution data the user supplies, holds the parameters that matter for clean data near their
@@ -19,7 +20,7 @@ from zerosiam.parts.selection import entropy_below, exp_margin, not_redundant
 
 eta = tent.with_(
     name="eta",
-    select=[entropy_below(0.4), not_redundant(0.05)],  # methods.md: EATA E0 = 0.4·ln C, ε = 0.05
+    select=[entropy_below(0.4), not_redundant()],  # methods.md: EATA E0 = 0.4·ln C, ε by C
     weight=exp_margin(0.4),  # methods.md: EATA w = exp(E0 − H)
     lr_family="tent",  # methods.md: learning rates as Tent's
 )

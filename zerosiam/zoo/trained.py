@@ -98,6 +98,18 @@ def how_to_train(name: str) -> str:
     )
 
 
+def shipped_sha256(name: str) -> str | None:
+    """The sha256 the sidecar of the shipped weights of ``name`` records, or None when there are none.
+
+    Cheap (the file is not hashed: loading it checks the hash), so that a benchmark run can name the
+    weights it was made with in its identity, and a store written with other weights is never resumed.
+    """
+    sidecar = sidecar_path(default_path(name))
+    if name not in ARCHITECTURES or not sidecar.is_file():
+        return None
+    return json.loads(sidecar.read_text()).get("sha256")
+
+
 def read_sidecar(name: str, path: PathLike) -> dict[str, Any]:
     """The sidecar of ``path``, after checking that it describes ``name`` and that the sha256 matches."""
     path, sidecar = Path(path), sidecar_path(path)
