@@ -50,7 +50,8 @@ def select_on_held_out(
     seed: int = 0,
     **execution: Any,
 ) -> list[Choice]:
-    """Run the sweep on the extra corruptions, record and return the best hparams of each method."""
+    """Run the sweep on the extra corruptions, record and return the best hparams of each method (the
+    best mean online accuracy over the four; a tie goes to the candidate listed first)."""
     grid = Grid(
         models=[model],
         methods=methods,
@@ -79,7 +80,9 @@ def select_on_held_out(
             accuracies[(row["spec"]["method"], key)].append(row["metrics"]["accuracy"])
     choices = []
     for method in methods:
-        table = {key: float(np.mean(v)) for (m, key), v in accuracies.items() if m == method}
+        # in the order the candidates were given, so that a tie goes to the one listed first
+        listed = dict.fromkeys(_label(s.hparams) for s in specs if s.method == method)
+        table = {key: float(np.mean(accuracies[method, key])) for key in listed}
         best = max(table, key=table.get)
         choice = Choice(method, hparams_of[best], table[best], table)
         _record(store, model, dataset, severity, protocol, limit, seed, choice)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The reproduction study's grids (docs/RESULTS.md) on one GPU, in order of importance, within a deadline.
+#
+#   OUT=runs/gpu bash benchmarks/study_gpu.sh 540 runs/gpu/study.db     # seconds, store
+#   DEVICE=cpu WORKERS=2 LIMIT=64 GRIDS=label_shift bash benchmarks/study_gpu.sh 900 /tmp/try.db  # a try
+#
+# Builds the 15 + 4 corruptions at severity 5 (one process each), chooses every method's rates with
+# `zerosiam select-lr` on the 4 extra corruptions (one command per model, side by side), then runs the
+# grids of docs/results/grids/ with those rates. Each step gets what is left of the deadline and is stopped
+# with SIGTERM when it runs out: the store keeps every finished run, and the same command resumes.
+set -u
+python -c "import torch, yaml, tqdm, safetensors; print('torch', torch.__version__, torch.cuda.is_available())"
+deadline=$(( $(date +%s) + ${1:-540} ))
+db=${2:-$OUT/study.db}
+logs=${OUT:-runs}/logs
+mkdir -p "$logs" "$(dirname "$db")"
+workers=${WORKERS:-$(( $(nproc) - 1 ))}
+device=${DEVICE:-cuda}
+left() { echo $(( deadline - $(date +%s) )); }
+
+step() {  # step NAME 'COMMAND': run with what is left of the deadline (SIGTERM then), log its time
+  local name=$1 start rc
+  if (( $(left) < 20 )); then echo "$name: skipped, deadline"; return; fi
+  start=$(date +%s)
+  timeout -s TERM -k 30 "$(left)" bash -c "$2" > "$logs/$name.log" 2>&1; rc=$?
+  echo "$name: exit $rc after $(( $(date +%s) - start )) s"
+}
+
+build() {  # build CORRUPTION: the cached severity-5 array (the clean set is "clean")
+  python -c "import sys; from zerosiam.corruptions.datasets import load_corrupted
+load_corrupted('cifar10c', sys.argv[1], 5, progress=False)" "$1"
+}
+
+select_rates() {  # select_rates MODEL METHODS: the rates of METHODS on MODEL, on the extra corruptions
+  python -m zerosiam select-lr --model "$1" --methods "$2" --lr-scale 1,0.3,3,10,30 --protocol label_shift \
+    --db "$db" --workers "$3" --device "$device" ${LIMIT:+--limit $LIMIT}
+}
+
+bench() {  # bench GRID: one grid file of docs/results/grids with the selected rates
+  python -m zerosiam bench --grid "docs/results/grids/$1.yaml" --db "$db" --device "$device" \
+    --workers "$workers" --no-report ${LIMIT:+--limit $LIMIT}
+}
+
+export -f build select_rates bench
+export db device workers LIMIT
+step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
+names=$(python -c "from zerosiam import corruptions; print(*corruptions.BENCHMARK, *corruptions.EXTRA)")
+step data "for name in $names; do build \$name & done; wait"
+
+baselines=tent,sar,eata,deyo,come,zerosiam
+per=$(( (workers + 3) / 4 ))
+step select "
+select_rates resnet26_gn $baselines,eata+zerosiam,deyo+zerosiam $per &
+select_rates vit_tiny_ln $baselines,eata+zerosiam,deyo+zerosiam $per &
+select_rates convnext_nano_ln $baselines $per &
+select_rates resnet20 $baselines $per &
+wait"
+
+for grid in ${GRIDS:-label_shift label_shift_seeds mild_mixed ablation_compositions ablation_predictor \
+    ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective batch1 blind_spot}; do
+  step "$grid" "bench $grid"
+done
+python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$db"
+echo "runs stored: $(python -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$db")"
