@@ -9,11 +9,13 @@
 # grids of docs/results/grids/ with those rates. Each step gets what is left of the deadline and is stopped
 # with SIGTERM when it runs out: the store keeps every finished run, and the same command resumes.
 set -u
+export PYTHONUNBUFFERED=1
 python -c "import torch, yaml, tqdm, safetensors; print('torch', torch.__version__, torch.cuda.is_available())"
 deadline=$(( $(date +%s) + ${1:-540} ))
-db=${2:-$OUT/study.db}
-logs=${OUT:-runs}/logs
-mkdir -p "$logs" "$(dirname "$db")"
+db=${2:-/tmp/study.db}  # the whole store, every curve; $OUT gets the export (benchmarks/study_export.py)
+out=${OUT:-runs/study}
+logs=/tmp/study_logs
+mkdir -p "$logs" "$out" "$(dirname "$db")"
 workers=${WORKERS:-$(( $(nproc) - 1 ))}
 device=${DEVICE:-cuda}
 left() { echo $(( deadline - $(date +%s) )); }
@@ -23,8 +25,10 @@ step() {  # step NAME 'COMMAND': run with what is left of the deadline (SIGTERM 
   if (( $(left) < 20 )); then echo "$name: skipped, deadline"; return; fi
   start=$(date +%s)
   timeout -s TERM -k 30 "$(left)" bash -c "$2" > "$logs/$name.log" 2>&1; rc=$?
-  echo "$name: exit $rc after $(( $(date +%s) - start )) s"
+  echo "$name: exit $rc after $(( $(date +%s) - start )) s, $(stored) runs stored"
 }
+stored() { [[ -f $db ]] && python -c "import sqlite3, sys
+print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$db"; }
 
 build() {  # build CORRUPTION: the cached severity-5 array (the clean set is "clean")
   python -c "import sys; from zerosiam.corruptions.datasets import load_corrupted
@@ -41,6 +45,8 @@ bench() {  # bench GRID: one grid file of docs/results/grids with the selected r
     --workers "$workers" --no-report ${LIMIT:+--limit $LIMIT}
 }
 
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 15 \
+  > "$logs/gpu.csv" 2>&1 &
 export -f build select_rates bench
 export db device workers LIMIT
 step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
@@ -60,5 +66,9 @@ for grid in ${GRIDS:-label_shift label_shift_seeds mild_mixed ablation_compositi
     ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective batch1 blind_spot}; do
   step "$grid" "bench $grid"
 done
-python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$db"
-echo "runs stored: $(python -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$db")"
+python benchmarks/study_export.py "$db" "$out/study.db"
+python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$out/study.db"
+gzip -f "$out/study.db" && split -b 15M -d "$out/study.db.gz" "$out/study.db.gz." && rm "$out/study.db.gz"
+kill %1 2> /dev/null
+tar -czf "$out/logs.tar.gz" -C "$logs" .
+ls -la "$out"

@@ -124,3 +124,21 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         process.join(60)
         assert process.exitcode == 0
     assert len(ResultStore(path)) == 60 + 20
+
+
+def test_copy_to_keeps_the_chosen_curves_and_never_overwrites(tmp_path):
+    source, target = ResultStore(tmp_path / "source.db"), ResultStore(tmp_path / "target.db")
+    for corruption in ("fog", "snow"):
+        spec = {**SPEC, "corruption": corruption}
+        source.put(run_id_for(spec), "vision", spec, {"accuracy": 0.5}, {"loss": [1.0, 0.5]}, {"host": "a"})
+    kept = {**SPEC, "corruption": "fog"}
+    target.put(run_id_for(kept), "vision", kept, {"accuracy": 0.9}, {}, {})  # already there: stays
+    assert source.copy_to(target, keep_curves=lambda spec: spec["corruption"] == "snow") == 1
+    snow = target.get(run_id_for({**SPEC, "corruption": "snow"}))
+    assert snow["curves"] == {"loss": [1.0, 0.5]} and snow["env"] == {"host": "a"}
+    assert snow["created"] == source.get(snow["run_id"])["created"]
+    assert target.get(run_id_for(kept))["metrics"] == {"accuracy": 0.9}
+    assert source.copy_to(target, keep_curves=lambda spec: False) == 0  # idempotent
+    fog_only = ResultStore(tmp_path / "fog.db")
+    source.copy_to(fog_only, keep_curves=lambda spec: spec["corruption"] == "snow")
+    assert fog_only.get(run_id_for(kept))["curves"] == {}

@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,6 +260,28 @@ class ResultStore:
     def rows(self, kind: str | None = None) -> list[dict[str, Any]]:
         """All runs (of one ``kind`` when given), oldest first, JSON columns decoded."""
         return [_decode(row) for row in self._select("runs", _COLUMNS, kind)]
+
+    def copy_to(self, target: ResultStore, keep_curves: Callable[[dict[str, Any]], bool]) -> int:
+        """Copy every run into ``target`` (runs it holds already stay as they are); returns how many were
+        new there. ``keep_curves(spec)`` says whose per-step curves travel: the others arrive with empty
+        curves, so that a store of thousands of runs can be committed with the curves its figures draw.
+        Each row keeps its original ``created``."""
+        with self._connect() as db:
+            rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM runs ORDER BY created, run_id").fetchall()
+        curves = _COLUMNS.index("curves")
+        copied = [
+            (*row[:curves], row[curves] if keep_curves(json.loads(row[2])) else "{}", *row[curves + 1 :])
+            for row in rows
+        ]
+        columns, slots = ", ".join(_COLUMNS), ", ".join("?" * len(_COLUMNS))
+        insert = f"INSERT OR IGNORE INTO runs ({columns}) VALUES ({slots})"
+
+        def transaction(db: sqlite3.Connection) -> int:
+            before = db.total_changes
+            db.executemany(insert, copied)
+            return db.total_changes - before
+
+        return target._write(transaction)
 
     def __len__(self) -> int:
         with self._connect() as db:
