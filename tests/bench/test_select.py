@@ -51,3 +51,18 @@ def test_a_grid_takes_each_methods_selected_rates_from_the_store(fake_domains, t
     assert [spec.hparams for spec in specs] == [{}, chosen["tent"], chosen["zerosiam"]]
     ablation = Grid(models=["tiny"], methods=["zerosiam"], corruptions=["fog"], hparams={"lr_scale": 1.0})
     assert with_selected_rates(ablation.specs(), store)[0].hparams == {"lr_scale": 1.0}  # its own wins
+
+
+def test_the_report_lists_every_candidate_and_marks_the_choice(fake_domains, tiny_model, tmp_path, capsys):
+    from tests.bench.test_report import report_main
+    from zerosiam.bench.select import select_on_held_out
+
+    db = tmp_path / "select.db"
+    sweep = {"lr_scale": [1.0, 0.1, 10.0]}
+    (choice,) = select_on_held_out("tiny", ["tent"], sweep, ResultStore(db), backend="inline", progress=False)
+    assert report_main(["--db", str(db), "--selections"]) == 0
+    printed = capsys.readouterr().out
+    assert "| Model | Method | lr_scale=0.1 | lr_scale=1 | lr_scale=10 |" in printed  # numeric order
+    line = next(text for text in printed.splitlines() if text.startswith("| tiny | Tent |"))
+    assert line.count("**") == 2 and f"**{100 * choice.accuracy:.1f}**" in line
+    assert report_main(["--db", str(db), "--selections", "--model", "other"]) == 1

@@ -334,6 +334,49 @@ def to_markdown(tables: Sequence[Table]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The learning rates ``zerosiam select-lr`` chose (rows of kind ``lr_selection``), one Markdown table
+    per (dataset, protocol, severity): a line per model and method with every candidate's mean accuracy
+    on the held-out corruptions, the chosen one in bold."""
+    by_setting: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        spec = row["spec"]
+        by_setting[spec["dataset"], spec["protocol"], spec["severity"]].append(row)
+    blocks = []
+    for (dataset, protocol, severity), members in sorted(by_setting.items()):
+        candidates = list(dict.fromkeys(key for row in members for key in row["metrics"]["candidates"]))
+        candidates.sort(key=_candidate_order)
+        title = f"### Learning rates chosen on {DATASET_NAMES.get(dataset, dataset)}'s held-out corruptions"
+        lines = [f"{title}, protocol {protocol}, severity {severity}: mean accuracy (%)", ""]
+        lines += [
+            _md_row(["Model", "Method", *candidates]),
+            _md_row(["---", "---"] + ["---:"] * len(candidates)),
+        ]
+        members.sort(key=lambda row: (row["spec"]["model"], method_rank(row["spec"]["method"])))
+        for row in members:
+            metrics = row["metrics"]
+            chosen = ", ".join(f"{k}={_format_value(v)}" for k, v in sorted(metrics["chosen"].items()))
+            cells = []
+            for key in candidates:
+                value = metrics["candidates"].get(key)
+                text = MISSING if value is None else f"{100 * value:.1f}"
+                cells.append(f"**{text}**" if key == chosen else text)
+            lines.append(_md_row([row["spec"]["model"], method_name(row["spec"]["method"]), *cells]))
+        corruptions = ", ".join(members[0]["spec"]["corruptions"])
+        lines += ["", f"Bold: the chosen rate. Mean online accuracy over {corruptions}."]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _candidate_order(label: str) -> tuple:
+    """Candidates like ``lr_scale=0.3`` in numeric order (text that is no number sorts after)."""
+    name, _, value = label.partition("=")
+    try:
+        return name, 0, float(value)
+    except ValueError:
+        return name, 1, value
+
+
 def _md_row(cells: Sequence[str]) -> str:
     """One Markdown table row; a ``|`` inside a label would split the cell, so it is escaped."""
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--heatmap", action="store_true", help="heat map of each learning-rate sweep (needs --out)"
     )
+    parser.add_argument(
+        "--selections", action="store_true", help="the learning rates `zerosiam select-lr` chose, instead"
+    )
     parser.set_defaults(func=run_report)
 
 
@@ -59,6 +62,8 @@ def run_report(args: argparse.Namespace) -> int:
     if not Path(args.db).is_file():
         print(f"error: no results database at {args.db}", file=sys.stderr)
         return 2
+    if args.selections:
+        return _print_selections(args)
     filters = {
         "dataset": args.dataset,
         "model": args.model,
@@ -74,6 +79,26 @@ def run_report(args: argparse.Namespace) -> int:
     if args.out:
         for path in _write_outputs(tables, rows, args):
             print(f"wrote {path}")
+    return 0
+
+
+def _print_selections(args: argparse.Namespace) -> int:
+    """The ``lr_selection`` rows of the store as tables, filtered by model and dataset when given."""
+    from zerosiam.bench.select import SELECTION_KIND
+    from zerosiam.bench.store import ResultStore
+
+    rows = [
+        row
+        for row in ResultStore(args.db).rows(SELECTION_KIND)
+        if all(
+            v is None or row["spec"].get(k) == v
+            for k, v in (("model", args.model), ("dataset", args.dataset))
+        )
+    ]
+    if not rows:
+        print("no learning-rate selection matches these filters", file=sys.stderr)
+        return 1
+    print(report.selections_markdown(rows), end="")
     return 0
 
 
