@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_grid_expands_axes_and_sweeps():
     sweep = {"lr": [1e-3, 1e-4], "predictor_lr": [1e-2, 1e-3]}
-    grid = Grid(models=["resnet20"], methods=["tent", "zerosiam"], corruptions=["fog", "snow"],
+    grid = Grid(models=["resnet20"], methods=["noadapt", "tent", "zerosiam"], corruptions=["fog", "snow"],
                 protocols=["mild", "mixed"], sweep=sweep)  # fmt: skip
     specs = grid.specs()
+    noadapt = [s for s in specs if s.method == "noadapt"]
+    assert len(noadapt) == 3 and all(s.hparams == {} for s in noadapt)  # no rate: run once, not per point
     tent = [s for s in specs if s.method == "tent"]
     siam = [s for s in specs if s.method == "zerosiam"]
     assert (

@@ -181,6 +181,8 @@ def test_filters_and_one_table_per_setting(rows):
     assert report.build_tables(everything, dataset="imagenetc") == []
     shifted = only_table(everything, protocol="label_shift")
     assert shifted.cell("Tent", "fog").mean == pytest.approx(80.0)
+    mild = only_table(everything, model="resnet20", severity=5, protocol="mild", methods=["noadapt", "tent"])
+    assert [method for method in mild.methods] == ["NoAdapt", "Tent"]
 
 
 def test_a_rerun_replaces_the_older_row():

@@ -35,6 +35,7 @@ from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
 
 KIND = "vision"
 RATES = ("paper", "selected")  # where each method's learning rates come from
+RATE_OPTIONS = ("lr", "predictor_lr", "lr_scale")
 
 
 class GridError(ValueError):
@@ -138,13 +139,14 @@ class Grid:
                 raise GridError(f"option {option!r} does not apply to method {method!r}; it takes {takes}")
 
     def specs(self) -> list[RunSpec]:
-        """Every run of the grid, in a stable order; a method without a predictor ignores η_h."""
+        """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one
+        that does not adapt (NoAdapt) every rate, so a rate sweep runs it once."""
         out = []
         axes = (self.models, self.protocols, self.severities, self.seeds, self.methods, self._sweep_points())
         for model, protocol, severity, seed, method, point in itertools.product(*axes):
             hparams = {**self.hparams, **point}
-            if get_recipe(method).asymmetry is None:
-                hparams.pop("predictor_lr", None)
+            for option in _ignored_rates(method):
+                hparams.pop(option, None)
             for corruption in [MIXED] if protocol == MIXED else self.corruptions:
                 out.append(
                     RunSpec(
@@ -170,6 +172,15 @@ class Grid:
             dict(zip(names, values, strict=True))
             for values in itertools.product(*(self.sweep[n] for n in names))
         ]
+
+
+def _ignored_rates(method: str) -> tuple[str, ...]:
+    """The rate options ``method`` has no use for: all of them when it does not adapt, η_h when it has
+    no predictor."""
+    recipe = get_recipe(method)
+    if not recipe.adapts:
+        return RATE_OPTIONS
+    return ("predictor_lr",) if recipe.asymmetry is None else ()
 
 
 def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:

@@ -126,15 +126,18 @@ def select_rows(
     protocol: str | None = None,
     severity: int | None = None,
     dataset: str | None = None,
+    methods: Sequence[str] | None = None,
 ) -> list[Mapping[str, Any]]:
-    """The vision rows that match every given filter (``None`` = any), oldest first so that a later rerun
-    of the same run wins where rows collide."""
+    """The vision rows that match every given filter (``None`` = any; ``methods``: any of them), oldest
+    first so that a later rerun of the same run wins where rows collide."""
     wanted = {"model": model, "protocol": protocol, "severity": severity, "dataset": dataset}
     kept = []
     for row in rows:
         if row.get("kind", "vision") != "vision":
             continue
         spec = row.get("spec") or {}
+        if methods is not None and spec.get("method") not in methods:
+            continue
         if all(value is None or spec.get(key) == value for key, value in wanted.items()):
             kept.append(row)
     return sorted(kept, key=_created_key)
@@ -287,16 +290,13 @@ def build_tables(
     rows: Iterable[Mapping[str, Any]],
     *,
     groups: bool = False,
-    model: str | None = None,
-    protocol: str | None = None,
-    severity: int | None = None,
-    dataset: str | None = None,
+    **filters: Any,
 ) -> list[Table]:
-    """One :class:`Table` per (dataset, model, protocol, severity) among the rows that pass the filters,
-    in sorted order, leaving out settings with no run on the 15. ``groups=True`` gives the
-    Noise/Blur/Weather/Digital means instead of the corruptions.
+    """One :class:`Table` per (dataset, model, protocol, severity) among the rows that pass the filters
+    (those of :func:`select_rows`), in sorted order, leaving out settings with no run on the 15.
+    ``groups=True`` gives the Noise/Blur/Weather/Digital means instead of the corruptions.
     """
-    selected = select_rows(rows, model=model, protocol=protocol, severity=severity, dataset=dataset)
+    selected = select_rows(rows, **filters)
     by_key: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for row in selected:
         spec = row["spec"]

@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--protocol", metavar="P", help="keep only this protocol (e.g. mild, label_shift, mixed)"
     )
     parser.add_argument("--severity", type=int, metavar="S", help="keep only this severity (1-5)")
+    parser.add_argument(
+        "--methods", metavar="M1,M2", help="keep only these methods (e.g. noadapt,tent,zerosiam)"
+    )
     parser.add_argument("--groups", action="store_true", help="Noise/Blur/Weather/Digital means as columns")
     parser.add_argument(
         "--out", metavar="DIR", help="folder for table.md, table.csv, table.tex and the figures"
@@ -69,6 +72,7 @@ def run_report(args: argparse.Namespace) -> int:
         "model": args.model,
         "protocol": args.protocol,
         "severity": args.severity,
+        "methods": args.methods.split(",") if args.methods else None,
     }
     rows = report.select_rows(_load_rows(args.db), **filters)
     tables = report.build_tables(rows, groups=args.groups)
