@@ -66,3 +66,24 @@ def test_the_report_lists_every_candidate_and_marks_the_choice(fake_domains, tin
     line = next(text for text in printed.splitlines() if text.startswith("| tiny | Tent |"))
     assert line.count("**") == 2 and f"**{100 * choice.accuracy:.1f}**" in line
     assert report_main(["--db", str(db), "--selections", "--model", "other"]) == 1
+
+
+def test_the_report_of_a_grid_shows_its_runs_only(fake_domains, tiny_model, tmp_path, capsys):
+    from tests.bench.test_report import report_main
+    from zerosiam.bench.grid import execute
+    from zerosiam.bench.select import grid_specs, select_on_held_out
+
+    db = tmp_path / "study.db"
+    store = ResultStore(db)
+    select_on_held_out("tiny", ["tent"], {"lr_scale": [1.0, 10.0]}, store, backend="inline", progress=False)
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text("models: [tiny]\nmethods: [noadapt, tent]\ncorruptions: [fog]\nrates: selected\n")
+    from zerosiam.bench.grid import Grid
+
+    execute(grid_specs(Grid.from_yaml(grid_file), store), store, backend="inline", progress=False)
+    other = Grid(models=["tiny"], methods=["tent"], corruptions=["fog"], hparams={"lr_scale": 0.5})
+    execute(other.specs(), store, backend="inline", progress=False)  # same table, not the grid's
+    assert report_main(["--db", str(db), "--grid", str(grid_file)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| NoAdapt", "| Tent"]  # no "Tent (lr_scale=…)"
+    assert report_main(["--db", str(db), "--grid", str(tmp_path / "missing.yaml")]) == 2

@@ -143,6 +143,13 @@ def selected_hparams(store: ResultStore, model: str, dataset: str, method: str) 
     return next(iter(chosen.values()))
 
 
+def grid_specs(grid: Grid, store: ResultStore) -> list[RunSpec]:
+    """The grid's runs as they execute: with ``rates: selected``, each with the rates ``select-lr``
+    recorded in ``store`` (a ``ValueError`` names a missing choice)."""
+    specs = grid.specs()
+    return with_selected_rates(specs, store) if grid.rates == "selected" else specs
+
+
 def with_selected_rates(specs: list[RunSpec], store: ResultStore) -> list[RunSpec]:
     """Each spec with the rates selected for its (model, dataset, method) added to its hparams; methods
     that take no rate (NoAdapt) are left alone. Options the spec sets itself win (an ablation keeps the

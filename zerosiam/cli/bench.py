@@ -149,21 +149,18 @@ def grid_from_args(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.grid import KIND, execute
+    from zerosiam.bench.select import grid_specs
     from zerosiam.bench.store import ResultStore
 
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
-    specs = grid.specs()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
-    if grid.rates == "selected":
-        from zerosiam.bench.select import with_selected_rates
-
-        try:
-            specs = with_selected_rates(specs, store)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+    try:
+        specs = grid_specs(grid, store)
+    except ValueError as error:  # no learning rate selected for a method
+        raise UsageError(str(error)) from None
     try:
         with interruptible():
             ran, failures = execute(

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--methods", metavar="M1,M2", help="keep only these methods (e.g. noadapt,tent,zerosiam)"
     )
+    parser.add_argument(
+        "--grid", metavar="YAML", help="keep only the runs of this grid file (as `zerosiam bench` ran it)"
+    )
     parser.add_argument("--groups", action="store_true", help="Noise/Blur/Weather/Digital means as columns")
     parser.add_argument(
         "--out", metavar="DIR", help="folder for table.md, table.csv, table.tex and the figures"
@@ -75,6 +78,11 @@ def run_report(args: argparse.Namespace) -> int:
         "methods": args.methods.split(",") if args.methods else None,
     }
     rows = report.select_rows(_load_rows(args.db), **filters)
+    if args.grid:
+        wanted = _grid_run_ids(args.grid, args.db)
+        if wanted is None:
+            return 2
+        rows = [row for row in rows if row["run_id"] in wanted]
     tables = report.build_tables(rows, groups=args.groups)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
@@ -84,6 +92,20 @@ def run_report(args: argparse.Namespace) -> int:
         for path in _write_outputs(tables, rows, args):
             print(f"wrote {path}")
     return 0
+
+
+def _grid_run_ids(path: str, db: str) -> set[str] | None:
+    """The run ids of the grid file ``path``, its rates resolved from the store; None (said on stderr)
+    when the grid cannot be read."""
+    from zerosiam.bench.grid import Grid
+    from zerosiam.bench.select import grid_specs
+    from zerosiam.bench.store import ResultStore
+
+    try:
+        return {spec.run_id for spec in grid_specs(Grid.from_yaml(Path(path)), ResultStore(db))}
+    except (OSError, ValueError) as error:
+        print(f"error: grid {path}: {error}", file=sys.stderr)
+        return None
 
 
 def _print_selections(args: argparse.Namespace) -> int:
