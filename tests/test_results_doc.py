@@ -1,0 +1,33 @@
+"""docs/RESULTS.md's tables are what their commands print from the committed store."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _results_doc():
+    spec = importlib.util.spec_from_file_location("results_doc", ROOT / "benchmarks" / "results_doc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_table_of_the_results_page_is_regenerated_from_the_committed_store():
+    results_doc = _results_doc()
+    text = results_doc.DOCUMENT.read_text(encoding="utf-8")
+    assert text.count("<!-- zerosiam report --db docs/results/study.db") >= 3
+    fresh, changed = results_doc.regenerate(text)
+    assert changed == [] and fresh == text
+
+
+def test_a_table_edited_by_hand_is_caught():
+    results_doc = _results_doc()
+    text = results_doc.DOCUMENT.read_text(encoding="utf-8")
+    opening = "<!-- zerosiam report --db docs/results/study.db --grid docs/results/grids/label_shift.yaml -->\n"
+    start = text.index(opening) + len(opening)
+    edited = text[:start] + "| Tent | 99.9 |\n" + text[start:]
+    fresh, changed = results_doc.regenerate(edited)
+    assert changed == [opening[5:-5]] and fresh == text
