@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sqlite3
@@ -110,3 +111,22 @@ def test_ray_backend_gives_the_same_results_as_the_local_pool(tmp_path):
     assert execute(specs, distributed, backend="ray", workers=2, progress=False) == (2, [])
     assert _rows(tmp_path / "local.db") == _rows(tmp_path / "ray.db")
     assert execute(specs, distributed, backend="ray", progress=False) == (0, [])  # nothing left to run
+
+
+def test_a_grid_sweeps_a_protocols_stream_parameters():
+    import yaml
+
+    values = yaml.safe_load(
+        "models: [resnet20]\nmethods: [tent]\ncorruptions: [fog]\nprotocols: [label_shift]\n"
+        "stream:\n  imbalance_ratio: [1, 10, .inf]\n"
+    )
+    grid = Grid.from_mapping(values)
+    grid.validate()
+    assert [spec.imbalance_ratio for spec in grid.specs()] == [1, 10, math.inf]
+    assert (
+        Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"]).specs()[0].imbalance_ratio
+        == math.inf
+    )
+    for bad, message in (({"noisy": [1]}, "unknown stream parameter"), ({"noise": [-1]}, "non-negative")):
+        with pytest.raises(ValueError, match=message):
+            Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"], stream=bad).validate()

@@ -36,6 +36,9 @@ from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
 KIND = "vision"
 RATES = ("paper", "selected")  # where each method's learning rates come from
 RATE_OPTIONS = ("lr", "predictor_lr", "lr_scale")
+# the RunSpec fields a grid's ``stream:`` may sweep: label shift's imbalance ratio and length, the
+# noise-prefix length, the passes of the epochs protocol
+STREAM_FIELDS = ("imbalance_ratio", "stream_length", "noise", "epochs")
 
 
 class GridError(ValueError):
@@ -82,6 +85,7 @@ class Grid:
     hparams: dict[str, Any] = field(default_factory=dict)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     rates: str = "paper"  # or "selected": each method's rates as `zerosiam select-lr` chose them
+    stream: dict[str, list[Any]] = field(default_factory=dict)  # a protocol's parameters, swept
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> Grid:
@@ -130,6 +134,14 @@ class Grid:
         for name, value in (("batch size", self.batch_size), ("limit", self.limit)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise GridError(f"{name} must be a positive integer, got {value!r}")
+        _choose("stream parameter", self.stream, STREAM_FIELDS)
+        for name, values in self.stream.items():
+            if not values or any(
+                isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in values
+            ):
+                raise GridError(
+                    f"stream parameter {name!r} takes a list of non-negative numbers, got {values!r}"
+                )
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
             raise GridError(f"seeds must be non-negative integers, got {self.seeds}")
         for method in self.methods:
@@ -142,8 +154,16 @@ class Grid:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one
         that does not adapt (NoAdapt) every rate, so a rate sweep runs it once."""
         out = []
-        axes = (self.models, self.protocols, self.severities, self.seeds, self.methods, self._sweep_points())
-        for model, protocol, severity, seed, method, point in itertools.product(*axes):
+        axes = (
+            self.models,
+            self.protocols,
+            self.severities,
+            _points(self.stream),
+            self.seeds,
+            self.methods,
+            _points(self.sweep),
+        )
+        for model, protocol, severity, stream, seed, method, point in itertools.product(*axes):
             hparams = {**self.hparams, **point}
             for option in _ignored_rates(method):
                 hparams.pop(option, None)
@@ -162,16 +182,20 @@ class Grid:
                         precision=self.precision,
                         model_options=self.model_options,
                         hparams=hparams,
+                        **stream,
                     )
                 )
         return _unique(out)
 
-    def _sweep_points(self) -> list[dict[str, Any]]:
-        names = sorted(self.sweep)
-        return [
-            dict(zip(names, values, strict=True))
-            for values in itertools.product(*(self.sweep[n] for n in names))
-        ]
+
+def _non_negative(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _points(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the values of ``axes`` (one empty point when there are none)."""
+    names = sorted(axes)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(axes[n] for n in names))]
 
 
 def _ignored_rates(method: str) -> tuple[str, ...]:
