@@ -449,3 +449,15 @@ def test_cli_reads_a_real_result_store(tmp_path, capsys, rows):
     assert "| Tent | 20.0 ↓ |" in printed
     lines = list(csv.DictReader(io.StringIO((tmp_path / "out" / "table.csv").read_text(encoding="utf-8"))))
     assert len(lines) == 2 * 16
+
+
+def test_a_table_of_some_corruptions_shows_only_those_and_orders_sweeps_by_value():
+    rows = [make_row("noadapt", "fog", 0.5), make_row("noadapt", "snow", 0.6)]
+    rows += [make_row("tent", "fog", 0.3, hparams={"lr_scale": scale}) for scale in (10.0, 3.0)]
+    table = only_table(rows)
+    assert table.columns == ["snow", "fog"]  # the paper's order; no group means, no average
+    assert table.methods == ["NoAdapt", "Tent (lr_scale=3)", "Tent (lr_scale=10)"]
+    assert table.notes == [
+        "Tent (lr_scale=3): no result for Snow; the means that need them are left blank.",
+        "Tent (lr_scale=10): no result for Snow; the means that need them are left blank.",
+    ]

@@ -24,6 +24,7 @@ import csv
 import io
 import json
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +40,7 @@ AVERAGE = "avg"
 OVERALL = "overall"
 MISSING = "–"
 WORSE_MARK = "↓"
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e-?\d+)?)")
 
 COLUMN_NAMES: dict[str, str] = {
     "gaussian_noise": "Gauss.",
@@ -219,10 +221,24 @@ def _mean_cell(per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[st
     return Cell(statistics.fmean(cell.mean for cell in cells), std, len(complete))
 
 
-def table_columns(groups: bool, mixed: bool) -> list[str]:
-    """Column keys: the 15 corruptions (or the 4 groups), then the average, then ``overall`` for mixed."""
+def table_columns(groups: bool, mixed: bool, present: Iterable[str] = BENCHMARK) -> list[str]:
+    """Column keys: the 15 corruptions (or the 4 groups), then the average, then ``overall`` for mixed.
+
+    A table whose runs cover only some of the 15 (``present``: a corruption study, a diagnostics run)
+    shows just those corruptions, and no group or average column, which could never be filled.
+    """
+    present = set(present)
+    if not set(BENCHMARK) <= present:
+        return [name for name in BENCHMARK if name in present] + ([OVERALL] if mixed else [])
     columns = list(GROUPS) if groups else list(BENCHMARK)
     return columns + [AVERAGE] + ([OVERALL] if mixed else [])
+
+
+def _natural(text: str) -> tuple:
+    """A sort key that orders the numbers inside labels by value (``lr_scale=3`` before ``=10``)."""
+    return tuple(
+        (0, float(part), "") if part[:1].isdigit() else (1, 0.0, part) for part in _NUMBER.split(text)
+    )
 
 
 def _line_cells(per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str]) -> dict[str, Cell]:
@@ -250,10 +266,11 @@ def _mark_worse(table: Table, baseline: str | None) -> None:
 
 def _missing_notes(table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]]) -> None:
     """One note per line whose means are blank because corruptions are missing."""
+    covered = [name for name in BENCHMARK if name in table.columns] or list(BENCHMARK)  # groups: all 15
     for method in table.methods:
         present = {column for values in per_label[method].values() for column in values}
-        missing = [name for name in BENCHMARK if name not in present]
-        if len(missing) == len(BENCHMARK):
+        missing = [name for name in covered if name not in present]
+        if len(missing) == len(covered):
             table.notes.append(f"{method}: no per-corruption result; its means are left blank.")
         elif missing:
             names = ", ".join(COLUMN_NAMES[name] for name in missing)
@@ -272,8 +289,9 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool) ->
     for row in rows:
         per_label[labels[row["run_id"]]][row["spec"].get("seed")].update(_accuracies(row))
     mixed = any(row["spec"].get("corruption") == MIXED for row in rows)
-    columns = table_columns(groups, mixed)
-    methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), label))
+    present = {column for seeds in per_label.values() for values in seeds.values() for column in values}
+    columns = table_columns(groups, mixed, present)
+    methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), _natural(label)))
     cells = {(m, c): cell for m in methods for c, cell in _line_cells(per_label[m], columns).items()}
     table = Table(*key, columns=columns, methods=methods, cells=cells)
     baselines = [label for label in methods if method_of[label] == BASELINE]
@@ -345,7 +363,7 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
     blocks = []
     for (dataset, protocol, severity), members in sorted(by_setting.items()):
         candidates = list(dict.fromkeys(key for row in members for key in row["metrics"]["candidates"]))
-        candidates.sort(key=_candidate_order)
+        candidates.sort(key=_natural)
         title = f"### Learning rates chosen on {DATASET_NAMES.get(dataset, dataset)}'s held-out corruptions"
         lines = [f"{title}, protocol {protocol}, severity {severity}: mean accuracy (%)", ""]
         lines += [
@@ -366,15 +384,6 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
         lines += ["", f"Bold: the chosen rate. Mean online accuracy over {corruptions}."]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
-
-
-def _candidate_order(label: str) -> tuple:
-    """Candidates like ``lr_scale=0.3`` in numeric order (text that is no number sorts after)."""
-    name, _, value = label.partition("=")
-    try:
-        return name, 0, float(value)
-    except ValueError:
-        return name, 1, value
 
 
 def _md_row(cells: Sequence[str]) -> str:
