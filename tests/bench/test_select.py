@@ -87,3 +87,16 @@ def test_the_report_of_a_grid_shows_its_runs_only(fake_domains, tiny_model, tmp_
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| NoAdapt", "| Tent"]  # no "Tent (lr_scale=…)"
     assert report_main(["--db", str(db), "--grid", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_two_selections_that_disagree_stop_a_grid(tmp_path):
+    import pytest
+
+    from zerosiam.bench.select import SELECTION_KIND, selected_hparams
+
+    store = ResultStore(tmp_path / "select.db")
+    for protocol, scale in (("mild", 1.0), ("label_shift", 3.0)):
+        spec = {"model": "m", "dataset": "cifar10c", "method": "tent", "protocol": protocol}
+        store.put(protocol, SELECTION_KIND, spec, {"chosen": {"lr_scale": scale}}, {}, {})
+    with pytest.raises(ValueError, match="2 different selections for 'tent'"):
+        selected_hparams(store, "m", "cifar10c", "tent")
