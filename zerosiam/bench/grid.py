@@ -136,12 +136,8 @@ class Grid:
                 raise GridError(f"{name} must be a positive integer, got {value!r}")
         _choose("stream parameter", self.stream, STREAM_FIELDS)
         for name, values in self.stream.items():
-            if not values or any(
-                isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in values
-            ):
-                raise GridError(
-                    f"stream parameter {name!r} takes a list of non-negative numbers, got {values!r}"
-                )
+            if not values or not all(_non_negative(value) for value in values):
+                raise GridError(f"stream parameter {name!r} takes non-negative numbers, got {values!r}")
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
             raise GridError(f"seeds must be non-negative integers, got {self.seeds}")
         for method in self.methods:
