@@ -268,9 +268,9 @@ class ResultStore:
         Each row keeps its original ``created``."""
         with self._connect() as db:
             rows = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM runs ORDER BY created, run_id").fetchall()
-        curves = _COLUMNS.index("curves")
+        spec, curves = _COLUMNS.index("spec"), _COLUMNS.index("curves")
         copied = [
-            (*row[:curves], row[curves] if keep_curves(json.loads(row[2])) else "{}", *row[curves + 1 :])
+            (*row[:curves], row[curves] if keep_curves(json.loads(row[spec])) else "{}", *row[curves + 1 :])
             for row in rows
         ]
         columns, slots = ", ".join(_COLUMNS), ", ".join("?" * len(_COLUMNS))
