@@ -4,8 +4,8 @@
 
 A batch-64 run's per-step curves take about 20 kB and a batch-1 run's about 1 MB, so a store of the whole
 study would be hundreds of MB. The committed store (docs/RESULTS.md) keeps every run's spec, metrics and
-environment, and the curves of the seed-0 Gaussian-noise runs of the batch-64 protocols only: those are
-what the diagnostics figures draw. Rerunning a grid into a fresh store brings back every curve.
+environment, and the curves of the seed-0 Gaussian-noise runs under label shift and mild only (``drawn``):
+those are what the diagnostics figures draw. Rerunning a grid into a fresh store brings back every curve.
 """
 
 from __future__ import annotations

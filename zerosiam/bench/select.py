@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,19 +126,24 @@ def selected_hparams(store: ResultStore, model: str, dataset: str, method: str) 
     Raises a ``ValueError`` naming the command to run when there is no choice, and when the store holds
     several selections that disagree (say, made on two protocols): a table must say which it used.
     """
+    return _chosen(store.rows(SELECTION_KIND), store.path, model, dataset, method)
+
+
+def _chosen(rows: list[dict[str, Any]], path: Path, model: str, dataset: str, method: str) -> dict[str, Any]:
+    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path``."""
     chosen = {
         _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
-        for row in store.rows(SELECTION_KIND)
+        for row in rows
         if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]) == (model, dataset, method)
     }
     if not chosen:
         raise ValueError(
-            f"no learning rate selected for {method!r} on {model!r} ({dataset}) in {store.path}; "
-            f"run `zerosiam select-lr --model {model} --methods {method} --db {store.path} ...` first"
+            f"no learning rate selected for {method!r} on {model!r} ({dataset}) in {path}; "
+            f"run `zerosiam select-lr --model {model} --methods {method} --db {path} ...` first"
         )
     if len(chosen) > 1:
         raise ValueError(
-            f"{store.path} holds {len(chosen)} different selections for {method!r} on {model!r} "
+            f"{path} holds {len(chosen)} different selections for {method!r} on {model!r} "
             f"({dataset}): {sorted(chosen)}; keep one"
         )
     return next(iter(chosen.values()))
@@ -153,13 +159,14 @@ def grid_specs(grid: Grid, store: ResultStore) -> list[RunSpec]:
 def with_selected_rates(specs: list[RunSpec], store: ResultStore) -> list[RunSpec]:
     """Each spec with the rates selected for its (model, dataset, method) added to its hparams; methods
     that take no rate (NoAdapt) are left alone. Options the spec sets itself win (an ablation keeps the
-    selected rate of its method unless it sweeps the rate)."""
+    selected rate of its method unless it sweeps the rate). The store's choices are read once."""
+    rows = store.rows(SELECTION_KIND)
     out = []
     for spec in specs:
         if not get_recipe(spec.method).adapts:
             out.append(spec)
             continue
-        chosen = selected_hparams(store, spec.model, spec.dataset, spec.method)
+        chosen = _chosen(rows, store.path, spec.model, spec.dataset, spec.method)
         out.append(dataclasses.replace(spec, hparams={**chosen, **spec.hparams}))
     return out
 
