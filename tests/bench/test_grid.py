@@ -130,3 +130,32 @@ def test_a_grid_sweeps_a_protocols_stream_parameters():
     for bad, message in (({"noisy": [1]}, "unknown stream parameter"), ({"noise": [-1]}, "non-negative")):
         with pytest.raises(ValueError, match=message):
             Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"], stream=bad).validate()
+
+
+@needs_assets()
+def test_a_swept_option_reaches_only_the_methods_that_take_it():
+    grid = Grid(models=["resnet20"], methods=["noadapt", "tent", "zerosiam"], corruptions=["fog"],
+                sweep={"predictor": ["identity", "random_learned"]})  # fmt: skip
+    grid.validate()
+    assert sorted((s.method, s.hparams.get("predictor", "-")) for s in grid.specs()) == [
+        ("noadapt", "-"), ("tent", "-"), ("zerosiam", "identity"), ("zerosiam", "random_learned")
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="'alpha' applies to none of the grid's methods"):
+        Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"], sweep={"alpha": [1.0]}).validate()
+
+
+@needs_assets()
+def test_a_grids_prelude_goes_to_every_run_and_is_checked():
+    prelude = {"method": "tent", "steps": 5, "lr_scale": 10}
+    grid = Grid(models=["resnet20"], methods=["noadapt", "zerosiam"], corruptions=["fog"], prelude=prelude)
+    grid.validate()
+    assert all(spec.prelude == prelude for spec in grid.specs())
+    for bad, message in (
+        ({"method": "tent"}, "needs a method and a number of steps"),
+        (
+            {"method": "tent", "steps": 5, "alpha": 2},
+            "prelude option 'alpha' does not apply to method 'tent'",
+        ),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"], prelude=bad).validate()

@@ -75,3 +75,29 @@ def test_accuracy_is_a_fraction_and_nan_free_curves_are_kept(fake_domains, tiny_
     assert 0.0 <= result.metrics["accuracy"] <= 1.0 and result.metrics["samples"] == 50
     assert len(result.curves["accuracy"]) == 5 and "divergence" in result.curves
     assert not any(math.isnan(v) for v in result.curves["predictor_drift"])
+
+
+def test_a_prelude_adapts_first_and_is_scored_apart(fake_domains, tiny_model):
+    """Tent takes the first 2 batches, then NoAdapt keeps what Tent left: only the later batches count
+    towards the accuracy, the earlier ones are ``prelude_accuracy``; the curve covers both."""
+    prelude = {"method": "tent", "steps": 2, "lr": 1e-2}
+    result = runner.run(_spec(method="noadapt", batch_size=10, prelude=prelude))
+    metrics, curve = result.metrics, result.curves["accuracy"]
+    assert len(curve) == 5 and metrics["steps"] == 5 and metrics["samples"] == 30
+    assert metrics["accuracy"] == pytest.approx(sum(curve[2:]) / 3)
+    assert metrics["prelude_accuracy"] == pytest.approx(sum(curve[:2]) / 2)
+    assert metrics["updates"] == 2  # Tent's two steps; NoAdapt's frozen ones update nothing
+
+
+def test_a_prelude_is_checked_and_an_empty_one_keeps_old_run_ids():
+    for prelude, message in (
+        ({"steps": 3}, "needs a method"),
+        ({"method": "tnet", "steps": 3}, "unknown method"),
+        ({"method": "tent", "steps": 0}, "positive integer"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            _spec(prelude=prelude)
+    spec = _spec()
+    before = {key: value for key, value in spec.as_dict().items() if key != "prelude"}
+    assert spec.run_id == runner.run_id_for(before)  # runs stored before the field existed resume
+    assert _spec(prelude={"method": "tent", "steps": 3}).run_id != spec.run_id

@@ -32,6 +32,12 @@ def test_fixed_random_predictor_is_i_plus_small_noise_and_frozen():
     assert torch.equal(FixedRandomLinear(16, seed=3).weight, h.weight)
 
 
+def test_the_rescue_predictor_starts_where_the_fixed_one_stays_and_is_learned():
+    learned, fixed = build_predictor("random_learned", 16), build_predictor("random", 16)
+    assert learned.weight.requires_grad and not fixed.weight.requires_grad
+    assert torch.equal(learned.weight.detach(), fixed.weight)
+
+
 def test_mlp_predictor_is_identity_on_nonnegative_features():
     h = MLPPredictor(6)
     z = torch.rand(4, 6)

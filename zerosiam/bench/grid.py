@@ -24,7 +24,7 @@ from tqdm import tqdm
 from zerosiam import corruptions
 from zerosiam.bench import datasets
 from zerosiam.bench.device import resolve_device
-from zerosiam.bench.runner import Result, RunSpec, run
+from zerosiam.bench.runner import Result, RunSpec, check_prelude, run
 from zerosiam.bench.store import Failure, ResultStore, signals_deferred
 from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.methods import get_recipe, options_of
@@ -69,7 +69,8 @@ def _choose(what: str, values: Iterable[Any], choices: Iterable[Any]) -> None:
 @dataclass
 class Grid:
     """The axes of a grid; every combination is one run. ``sweep`` maps an hparam to a list of values
-    (e.g. ``{"lr": [1e-3, 1e-4], "predictor_lr": [1e-2]}``), crossed with every method that accepts it."""
+    (e.g. ``{"lr": [1e-3, 1e-4], "predictor_lr": [1e-2]}``), crossed with every method that accepts it;
+    a method that does not runs once without it."""
 
     models: list[str]
     methods: list[str]
@@ -86,6 +87,7 @@ class Grid:
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     rates: str = "paper"  # or "selected": each method's rates as `zerosiam select-lr` chose them
     stream: dict[str, list[Any]] = field(default_factory=dict)  # a protocol's parameters, swept
+    prelude: dict[str, Any] = field(default_factory=dict)  # another method first (RunSpec.prelude)
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> Grid:
@@ -142,9 +144,28 @@ class Grid:
             raise GridError(f"seeds must be non-negative integers, got {self.seeds}")
         for method in self.methods:
             accepted = options_of(method)
-            for option in sorted({*self.hparams, *self.sweep} - accepted):
+            for option in sorted(set(self.hparams) - accepted):
                 takes = ", ".join(sorted(accepted))
                 raise GridError(f"option {option!r} does not apply to method {method!r}; it takes {takes}")
+        for option in sorted(self.sweep):
+            if not any(option in options_of(method) for method in self.methods):
+                methods = ", ".join(self.methods)
+                raise GridError(f"swept option {option!r} applies to none of the grid's methods ({methods})")
+        if self.prelude:
+            self._validate_prelude()
+
+    def _validate_prelude(self) -> None:
+        try:
+            check_prelude(self.prelude)
+        except ValueError as error:
+            raise GridError(str(error)) from None
+        method = self.prelude["method"]
+        accepted = options_of(method)
+        for option in sorted(set(self.prelude) - {"method", "steps"} - accepted):
+            takes = ", ".join(sorted(accepted))
+            raise GridError(
+                f"prelude option {option!r} does not apply to method {method!r}; it takes {takes}"
+            )
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one
@@ -160,7 +181,8 @@ class Grid:
             _points(self.sweep),
         )
         for model, protocol, severity, stream, seed, method, point in itertools.product(*axes):
-            hparams = {**self.hparams, **point}
+            accepted = options_of(method)
+            hparams = {**self.hparams, **{key: value for key, value in point.items() if key in accepted}}
             for option in _ignored_rates(method):
                 hparams.pop(option, None)
             for corruption in [MIXED] if protocol == MIXED else self.corruptions:
@@ -178,6 +200,7 @@ class Grid:
                         precision=self.precision,
                         model_options=self.model_options,
                         hparams=hparams,
+                        prelude=self.prelude,
                         **stream,
                     )
                 )

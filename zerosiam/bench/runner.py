@@ -31,7 +31,8 @@ from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
 from zerosiam.bench.store import run_id_for
 from zerosiam.corruptions.datasets import load_corrupted
-from zerosiam.methods.adapter import prepare_options
+from zerosiam.methods.adapter import Adapter, prepare_options
+from zerosiam.methods.relay import Relay
 from zerosiam.parts.precision import check_precision, forward_precision
 from zerosiam.protocols import seeding, streams
 from zerosiam.protocols.build import (
@@ -57,6 +58,20 @@ CURVE_KEYS = (
 )
 
 
+LATER_FIELDS = ("prelude",)  # RunSpec fields younger than the stores: not in a run's identity while empty
+
+
+def check_prelude(prelude: dict[str, Any]) -> None:
+    """A prelude names a known method and a positive number of steps (its other keys are that method's
+    options); anything else is refused in one line before the run starts."""
+    if "method" not in prelude or "steps" not in prelude:
+        raise ValueError(f"a prelude needs a method and a number of steps, got {sorted(prelude)}")
+    zerosiam.get_recipe(prelude["method"])  # a ValueError naming the methods if it is unknown
+    steps = prelude["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"a prelude's steps must be a positive integer, got {steps!r}")
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything that determines a run's result. ``hparams`` are ``adapt`` overrides (lr, predictor_lr, …).
@@ -66,7 +81,10 @@ class RunSpec:
     dataset size); ``noise`` the noise-prefix length; ``epochs`` the passes of the epochs protocol.
     ``precision`` is the forward's (``fp32``, ``bf16``, ``fp16``); ``model_options`` go to
     ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
-    The device is not here: it is where a run computes, not what it computes.
+    ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
+    stream's first ``steps`` batches before ``method`` takes the adapted model over (a ``Relay``); those
+    batches are scored apart, as ``prelude_accuracy``. The device is not here: it is where a run
+    computes, not what it computes.
     """
 
     model: str
@@ -85,9 +103,12 @@ class RunSpec:
     precision: str = "fp32"
     model_options: dict[str, Any] = field(default_factory=dict)
     hparams: dict[str, Any] = field(default_factory=dict)
+    prelude: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        if self.prelude:
+            check_prelude(self.prelude)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {PROTOCOLS}")
         if (self.protocol == MIXED) != (self.corruption == MIXED):
@@ -102,9 +123,12 @@ class RunSpec:
 
         A zoo model trained by this project (``resnet26_gn``, ...) adds its shipped weights' sha256: the
         name stays when the weights are retrained, and a store written with the old ones must not be
-        resumed as if it held results of the new ones.
+        resumed as if it held results of the new ones. A field added after stores were written
+        (``LATER_FIELDS``) is left out while empty, so the runs stored before it keep their ids.
         """
-        identity = self.as_dict()
+        identity = {
+            key: value for key, value in self.as_dict().items() if not (key in LATER_FIELDS and not value)
+        }
         weights = shipped_sha256(self.model)
         if weights is not None:
             identity["weights_sha256"] = weights
@@ -146,9 +170,9 @@ def _frozen_forward(model: nn.Module, precision: str, x: torch.Tensor) -> torch.
         return model(x).float()
 
 
-def _method_extras(spec: RunSpec) -> dict[str, Any]:
+def _method_extras(method: str, spec: RunSpec) -> dict[str, Any]:
     """Inputs a method needs besides the stream: EATA's clean in-distribution samples for its Fisher."""
-    if "clean_data" not in prepare_options(zerosiam.get_recipe(spec.method)):
+    if "clean_data" not in prepare_options(zerosiam.get_recipe(method)):
         return {}
     clean = load_corrupted(datasets.clean_source(spec.dataset), "clean", spec.severity)
     images, _ = subsample(*clean, 2000, spec.seed, seeding.CLEAN_SUBSET)
@@ -169,22 +193,15 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
     torch.manual_seed(spec.seed)
     model = zerosiam.load_model(spec.model, **spec.model_options).to(device)
     stream = stream_for(spec, source_model=model, device=device)
-    adapter = zerosiam.adapt(
-        model,
-        spec.method,
-        batch_size=stream.batch_size,
-        precision=spec.precision,
-        **spec.hparams,
-        **_method_extras(spec),
-    )
+    adapter = _adapter(spec, model, stream.batch_size)
     batches = StreamBatches(stream)
-    correct = torch.zeros(len(stream.domains), device=device)
-    seen = torch.zeros(len(stream.domains), device=device)
+    correct, seen, prelude_correct, prelude_seen = torch.zeros(4, len(stream.domains), device=device)
+    prelude_steps = spec.prelude.get("steps", 0)
     accuracy_curve = []
     waited = 0.0
     start = time.perf_counter()
     loader = iter(batches.loader(device))
-    for a, b in tqdm(batches.bounds, desc=spec.method, leave=False, disable=not progress):
+    for index, (a, b) in enumerate(tqdm(batches.bounds, desc=spec.method, leave=False, disable=not progress)):
         rows = stream.rows[a:b]
         asked = time.perf_counter()
         pixels, labels = next(loader)  # decoded ahead by the loader's workers, in the protocol's order
@@ -195,8 +212,9 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
         if len(counted):
             where = torch.from_numpy(counted).to(device, non_blocking=True)
             domain = torch.from_numpy(rows[counted, 0]).to(device, non_blocking=True)
-            correct.index_add_(0, domain, hits[where])
-            seen.index_add_(0, domain, torch.ones_like(hits[where]))
+            hit, count = (correct, seen) if index >= prelude_steps else (prelude_correct, prelude_seen)
+            hit.index_add_(0, domain, hits[where])
+            count.index_add_(0, domain, torch.ones_like(hits[where]))
             accuracy_curve.append(hits[where].mean())
         else:
             accuracy_curve.append(torch.tensor(math.nan, device=device))
@@ -208,11 +226,31 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
     seconds = time.perf_counter() - start
     metrics = _metrics(stream, correct, seen, seconds, adapter, device)
     metrics["data_wait_fraction"] = waited / seconds if seconds > 0 else 0.0
+    if spec.prelude:
+        metrics["prelude_accuracy"] = float(prelude_correct.sum() / prelude_seen.sum().clamp_min(1))
     return Result(
         spec,
         metrics,
         _curves(adapter, curve),
         {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)},
+    )
+
+
+def _adapter(spec: RunSpec, model: nn.Module, batch_size: int) -> Adapter | Relay:
+    """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's."""
+
+    def build(model: nn.Module, method: str, hparams: dict[str, Any]) -> Adapter:
+        extras = _method_extras(method, spec)
+        return zerosiam.adapt(
+            model, method, batch_size=batch_size, precision=spec.precision, **hparams, **extras
+        )
+
+    if not spec.prelude:
+        return build(model, spec.method, spec.hparams)
+    prelude = dict(spec.prelude)
+    method, steps = prelude.pop("method"), prelude.pop("steps")
+    return Relay(
+        build(model, method, prelude), steps, lambda adapted: build(adapted, spec.method, spec.hparams)
     )
 
 

@@ -209,9 +209,14 @@ class Adapter(GradientLearner):
         for key, part_state in state["parts"].items():
             parts[key].load_state_dict(part_state)
 
-    def release(self) -> nn.Module:
-        """Restore the source weights, modes and flags, remove hooks, and hand the model back."""
-        self.restore_source()
+    def release(self, keep_adapted: bool = False) -> nn.Module:
+        """Restore the source weights, modes and flags, remove hooks, and hand the model back.
+
+        ``keep_adapted=True`` keeps the adapted weights instead (modes, flags and hooks are restored all
+        the same): the model can then be handed to another adapter, as ``Relay`` does.
+        """
+        if not keep_adapted:
+            self.restore_source()
         if self.recipe.adapts:
             self._batch_stats.restore()
             if self._tap is not None:

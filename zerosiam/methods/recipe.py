@@ -38,7 +38,8 @@ from zerosiam.parts.norms import NormSelector
 class Asymmetry:
     """ZeroSiam's asymmetric pair: online branch g(h(z)) aligned to the stop-gradient target g(z).
 
-    ``predictor`` is ``"identity"`` (learned, the method), ``"random"`` (fixed I + 0.1·W) or ``"mlp"``;
+    ``predictor`` is ``"identity"`` (learned, the method), ``"random"`` (fixed I + 0.1·W),
+    ``"random_learned"`` (learned from I + 0.1·W) or ``"mlp"``;
     ``divergence`` is a name in ``DIVERGENCES`` or a callable; ``stop_gradient=False`` is the ablation
     that lets the alignment term pull the target branch too.
     """

@@ -2,7 +2,8 @@
 
 The default is a bias-free d×d linear map initialised to the identity, so that at the first step the
 online branch g(h(z)) equals the target branch g(z) and adaptation starts exactly from the source model
-(a "warm start"). The paper's ablations swap it for a fixed random map or a small MLP.
+(a "warm start"). The paper's ablations swap it for a fixed random map or a small MLP; saving a
+collapsed model needs a learned one started at a random map.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ class IdentityLinear(nn.Linear):
             self.weight.copy_(torch.eye(dim))
 
 
-class FixedRandomLinear(nn.Linear):
-    """The ablation's fixed random predictor I + scale·W, W ~ N(0, I); never trained.
+class RandomLinear(nn.Linear):
+    """The learned predictor started away from the identity, at I + scale·W, W ~ N(0, I).
 
-    It shows that asymmetry alone, without learning h, already resists collapse.
+    The paper's appendix needs it to save a collapsed model: an identity start leaves the collapsed
+    solution a fixed point of the alignment, a random start does not.
     """
 
     def __init__(self, dim: int, scale: float = 0.1, seed: int = 0) -> None:
@@ -31,6 +33,16 @@ class FixedRandomLinear(nn.Linear):
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             self.weight.copy_(torch.eye(dim) + scale * torch.randn(dim, dim, generator=generator))
+
+
+class FixedRandomLinear(RandomLinear):
+    """The ablation's fixed random predictor I + scale·W, W ~ N(0, I); never trained.
+
+    It shows that asymmetry alone, without learning h, already resists collapse.
+    """
+
+    def __init__(self, dim: int, scale: float = 0.1, seed: int = 0) -> None:
+        super().__init__(dim, scale, seed)
         self.weight.requires_grad_(False)
 
 
@@ -54,7 +66,12 @@ class MLPPredictor(nn.Module):
         return self.fc2(torch.relu(self.fc1(z)))
 
 
-PREDICTORS = {"identity": IdentityLinear, "random": FixedRandomLinear, "mlp": MLPPredictor}
+PREDICTORS = {
+    "identity": IdentityLinear,
+    "random": FixedRandomLinear,
+    "random_learned": RandomLinear,
+    "mlp": MLPPredictor,
+}
 
 
 def build_predictor(kind: str, dim: int) -> nn.Module:
