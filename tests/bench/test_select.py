@@ -34,6 +34,35 @@ def test_data_free_predictor_lr_prefers_the_least_disruptive_rate(tiny_model, mo
     assert all(v > 0 for v in changes.values())
 
 
+def test_the_data_free_choice_is_recorded_and_reported_beside_each_candidates_accuracy(
+    tiny_model, monkeypatch, tmp_path, capsys
+):
+    from tests.bench.test_report import make_row, report_main
+    from zerosiam.bench import select
+
+    monkeypatch.setattr(select.zerosiam, "load_model", lambda name: TinyLN())
+    store = ResultStore(tmp_path / "free.db")
+    candidates = [0.0, 1.0, 10.0]
+    chosen, changes = select.data_free_predictor_lr(
+        "tiny", candidates, lr=5e-2, images=128, input_size=4, store=store
+    )
+    (row,) = store.rows(select.DATA_FREE_KIND)
+    assert row["metrics"]["chosen"] == chosen and row["spec"]["lr"] == 5e-2
+    runs = [  # accuracies of two candidates; the third never ran, one ran on one corruption of two
+        make_row("zerosiam", corruption, accuracy, model="tiny", protocol="label_shift", hparams=rates)
+        for corruption, eta_h, accuracy in (("fog", 0.0, 0.40), ("snow", 0.0, 0.50), ("fog", 1.0, 0.70))
+        for rates in [{"lr": 5e-2, "predictor_lr": eta_h}]
+    ]
+    for run in runs:
+        store.put(run["run_id"], "vision", run["spec"], run["metrics"], {}, {})
+    assert report_main(["--db", str(store.path), "--data-free"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    change_line = next(line for line in printed if "ΔH" in line and line.startswith("| "))
+    assert change_line.count("**") == 2 and f"**{changes[chosen]:.4f}**" in change_line
+    assert "| accuracy (%) | 45.0 | 70.0 (1/2) | – |" in printed
+    assert report_main(["--db", str(store.path), "--data-free", "--model", "other"]) == 1
+
+
 def test_a_grid_takes_each_methods_selected_rates_from_the_store(fake_domains, tiny_model, tmp_path):
     import pytest
 

@@ -386,6 +386,52 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+def data_free_markdown(choices: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]]) -> str:
+    """The data-free η_h choices (rows of kind ``data_free_selection``) as the paper's Table V: per model,
+    each candidate's entropy change on pure noise (the chosen one in bold) above its label-shift accuracy,
+    the mean over the ZeroSiam runs in ``runs`` that set exactly that η_f and η_h."""
+    accuracies: dict[tuple, list[float]] = defaultdict(list)
+    corruptions: dict[str, set[str]] = defaultdict(set)
+    for row in runs:
+        spec, hparams = row["spec"], row["spec"].get("hparams") or {}
+        if (
+            spec["method"] == "zerosiam"
+            and spec["protocol"] == "label_shift"
+            and set(hparams) == {"lr", "predictor_lr"}
+        ):
+            key = (spec["model"], hparams["lr"], hparams["predictor_lr"])
+            accuracies[key].append(100.0 * row["metrics"]["accuracy"])
+            corruptions[spec["model"], hparams["lr"]].add(spec["corruption"])
+    blocks = []
+    for row in sorted(choices, key=lambda row: row["spec"]["model"]):
+        spec, metrics = row["spec"], row["metrics"]
+        model, lr, candidates = spec["model"], spec["lr"], spec["candidates"]
+        changes = [f"{metrics['entropy_change'][f'{c:g}']:.4f}" for c in candidates]
+        changes = [
+            f"**{text}**" if c == metrics["chosen"] else text
+            for c, text in zip(candidates, changes, strict=True)
+        ]
+        scope = sorted(corruptions[model, lr])
+        cells = [_partial_mean(accuracies.get((model, lr, c), []), len(scope)) for c in candidates]
+        title = (f"### Data-free η_h for ZeroSiam on {model} (η_f = {lr:g}): entropy change on "
+                 f"{spec['images']:,} pure-noise images, and label-shift accuracy")  # fmt: skip
+        lines = [title, "", _md_row(["", *(f"η_h = {c:g}" for c in candidates)]),
+                 _md_row(["---"] + ["---:"] * len(candidates)),
+                 _md_row(["|ΔH| (nats)", *changes]), _md_row(["accuracy (%)", *cells]), "",
+                 f"Bold: the data-free choice (least |ΔH|). Accuracy: mean over "
+                 f"{', '.join(scope) or 'no run yet'}; (k/n) where only k of them ran."]  # fmt: skip
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _partial_mean(values: Sequence[float], expected: int) -> str:
+    """The mean of ``values`` to one decimal, marked ``(k/n)`` when fewer than ``expected`` ran."""
+    if not values:
+        return MISSING
+    text = f"{statistics.fmean(values):.1f}"
+    return text if len(values) >= expected else f"{text} ({len(values)}/{expected})"
+
+
 def _md_row(cells: Sequence[str]) -> str:
     """One Markdown table row; a ``|`` inside a label would split the cell, so it is escaped."""
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

@@ -26,8 +26,10 @@ from zerosiam.bench.runner import RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
 from zerosiam.methods import get_recipe
 from zerosiam.parts.losses import entropy
+from zerosiam.protocols.build import pure_noise
 
 SELECTION_KIND = "lr_selection"
+DATA_FREE_KIND = "data_free_selection"  # the data-free η_h choices: |ΔH| per candidate, not accuracies
 
 
 @dataclass(frozen=True)
@@ -181,15 +183,17 @@ def data_free_predictor_lr(
     seed: int = 0,
     input_size: int | None = None,
     device: torch.device | str = "cpu",
+    store: ResultStore | None = None,
 ) -> tuple[float, dict[float, float]]:
     """The η_h whose adaptation on Gaussian noise changes the mean prediction entropy least.
 
-    Returns the chosen η_h and, for every candidate, |H_after − H_before| (nats) measured on the noise.
+    Returns the chosen η_h and, for every candidate, |H_after − H_before| (nats) measured on the noise:
+    ``images`` pure-noise images, the same the noise-prefix protocol streams. With a ``store``, the
+    choice is recorded there (kind ``data_free_selection``) for ``zerosiam report --data-free``.
     """
     size = input_size or _input_size(model_name)
-    generator = torch.Generator().manual_seed(seed)
-    noise = (0.5 + 0.25 * torch.randn(images, 3, size, size, generator=generator)).clamp_(0, 1)
-    batches = noise.to(device).split(batch_size)
+    pixels = torch.from_numpy(pure_noise(images, (size, size, 3), seed))
+    batches = pixels.permute(0, 3, 1, 2).float().div_(255).to(device).split(batch_size)
     changes = {}
     for predictor_lr in candidates:
         adapter = zerosiam.adapt(
@@ -203,7 +207,13 @@ def data_free_predictor_lr(
         for x in batches:
             adapter(x)
         changes[predictor_lr] = abs(_mean_entropy(adapter.model, batches) - before)
-    return min(changes, key=changes.get), changes
+    chosen = min(changes, key=changes.get)
+    if store is not None:
+        spec = {"model": model_name, "lr": adapter.settings.lr, "images": images, "batch_size": batch_size,
+                "seed": seed, "candidates": list(candidates)}  # fmt: skip
+        metrics = {"chosen": chosen, "entropy_change": {f"{c:g}": change for c, change in changes.items()}}
+        store.put(run_id_for(spec), DATA_FREE_KIND, spec, metrics, {}, {}, replace=True)
+    return chosen, changes
 
 
 def _mean_entropy(model: torch.nn.Module, batches: tuple[torch.Tensor, ...]) -> float:

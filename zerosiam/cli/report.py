@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--selections", action="store_true", help="the learning rates `zerosiam select-lr` chose, instead"
     )
+    parser.add_argument(
+        "--data-free",
+        action="store_true",
+        help="the data-free η_h choices of `zerosiam select-lr --data-free`, with each candidate's "
+        "label-shift accuracy, instead",
+    )
     parser.set_defaults(func=run_report)
 
 
@@ -70,6 +76,8 @@ def run_report(args: argparse.Namespace) -> int:
         return 2
     if args.selections:
         return _print_selections(args)
+    if args.data_free:
+        return _print_data_free(args)
     filters = {
         "dataset": args.dataset,
         "model": args.model,
@@ -125,6 +133,22 @@ def _print_selections(args: argparse.Namespace) -> int:
         print("no learning-rate selection matches these filters", file=sys.stderr)
         return 1
     print(report.selections_markdown(rows), end="")
+    return 0
+
+
+def _print_data_free(args: argparse.Namespace) -> int:
+    """The ``data_free_selection`` rows of the store beside the accuracy of each candidate's runs."""
+    from zerosiam.bench.select import DATA_FREE_KIND
+    from zerosiam.bench.store import ResultStore
+
+    store = ResultStore(args.db)
+    choices = [row for row in store.rows(DATA_FREE_KIND) if args.model in (None, row["spec"]["model"])]
+    if not choices:
+        print(
+            "no data-free choice matches these filters; run `zerosiam select-lr --data-free`", file=sys.stderr
+        )
+        return 1
+    print(report.data_free_markdown(choices, _load_rows(args.db)), end="")
     return 0
 
 

@@ -61,8 +61,9 @@ def main(args: argparse.Namespace) -> int:
         if not args.predictor_lr:
             raise UsageError("--data-free needs --predictor-lr candidates")
         lr = args.lr[0] if args.lr else None
+        args.db.parent.mkdir(parents=True, exist_ok=True)
         chosen, changes = data_free_predictor_lr(
-            args.model, args.predictor_lr, lr=lr, seed=args.seed, device=device
+            args.model, args.predictor_lr, lr=lr, seed=args.seed, device=device, store=ResultStore(args.db)
         )
         for candidate, change in changes.items():
             print(f"predictor_lr={candidate:g}: |ΔH| = {change:.4f} nats")
