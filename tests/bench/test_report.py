@@ -461,3 +461,24 @@ def test_a_table_of_some_corruptions_shows_only_those_and_orders_sweeps_by_value
         "Tent (lr_scale=3): no result for Snow; the means that need them are left blank.",
         "Tent (lr_scale=10): no result for Snow; the means that need them are left blank.",
     ]
+
+
+def test_a_stream_sweep_compares_each_line_with_the_noadapt_of_its_stream():
+    """Streams of another imbalance ratio hold other samples, so NoAdapt differs between them: Tent at
+    ratio 10 is compared with NoAdapt at 10, not with the first NoAdapt line. A field a row lacks and
+    one it holds empty (rows stored before and after the field existed) are the same setting."""
+    rows = []
+    for ratio, noadapt, tent in ((1, 0.70, 0.65), (10, 0.60, 0.62)):
+        rows += [make_row("noadapt", "fog", noadapt), make_row("tent", "fog", tent)]
+        for row in rows[-2:]:
+            row["spec"]["imbalance_ratio"] = ratio
+            row["run_id"] += f"-{ratio}"
+    rows[0]["spec"]["prelude"] = {}  # stored after the field existed; the others before
+    table = only_table(rows)
+    assert table.methods == [
+        "NoAdapt (imbalance_ratio=1)", "NoAdapt (imbalance_ratio=10)",
+        "Tent (imbalance_ratio=1)", "Tent (imbalance_ratio=10)",
+    ]  # fmt: skip
+    assert table.cell("Tent (imbalance_ratio=1)", "fog").worse  # 65 < 70
+    assert not table.cell("Tent (imbalance_ratio=10)", "fog").worse  # 62 > 60, though < 70
+    assert table.notes == ["Several NoAdapt lines; each line is compared with the one of its settings."]

@@ -153,11 +153,19 @@ def _created_key(row: Mapping[str, Any]) -> tuple[int, float, str]:
     return 1, 0.0, str(created or "")
 
 
+def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec fields besides placement and hparams that a run sets (a stream parameter, a prelude). An
+    empty value is no setting: rows stored before a field existed lack it, newer ones hold it empty."""
+    return {
+        key: value
+        for key, value in spec.items()
+        if key not in _PLACEMENT_FIELDS | {"hparams"} and value not in (None, {}, [])
+    }
+
+
 def _variant(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """What, apart from placement, distinguishes a run: its hparams and any other spec field."""
-    variant = {key: value for key, value in spec.items() if key not in _PLACEMENT_FIELDS | {"hparams"}}
-    variant.update(spec.get("hparams") or {})
-    return variant
+    """What, apart from placement, distinguishes a run: its settings and its hparams."""
+    return {**_settings(spec), **(spec.get("hparams") or {})}
 
 
 def _format_value(value: Any) -> str:
@@ -253,15 +261,34 @@ def _line_cells(per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[s
     return cells
 
 
-def _mark_worse(table: Table, baseline: str | None) -> None:
-    """Flag every non-baseline cell whose mean is strictly below the baseline's in the same column."""
-    if baseline is None:
+def _mark_worse(table: Table, baseline_of: Mapping[str, str]) -> None:
+    """Flag every non-baseline cell whose mean is strictly below its line's baseline in the same column."""
+    if not baseline_of:
         table.notes.append("No NoAdapt line in this table, so no cell is marked.")
         return
     for (method, column), cell in table.cells.items():
+        baseline = baseline_of[method]
         reference = table.cell(baseline, column).mean
         if method != baseline and cell.mean is not None and reference is not None and cell.mean < reference:
             table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
+
+
+def _baselines(table: Table, method_of: Mapping[str, str], setting_of: Mapping[str, str]) -> dict[str, str]:
+    """Each line's NoAdapt: the one run with the same settings (the same stream, the same prelude) when
+    there is one, else the first; empty without a NoAdapt line. A note says how lines were compared."""
+    noadapt = [label for label in table.methods if method_of[label] == BASELINE]
+    if not noadapt:
+        return {}
+    by_setting = {setting_of[label]: label for label in noadapt}
+    baseline_of = {label: by_setting.get(setting_of[label], noadapt[0]) for label in table.methods}
+    if len(noadapt) > 1:
+        if all(setting_of[label] in by_setting for label in table.methods):
+            table.notes.append("Several NoAdapt lines; each line is compared with the one of its settings.")
+        else:
+            table.notes.append(
+                f"Several NoAdapt lines; a line without one of its settings is compared with {noadapt[0]}."
+            )
+    return baseline_of
 
 
 def _missing_notes(table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]]) -> None:
@@ -285,6 +312,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool) ->
     ignored, rows = len(rows) - len(shown), shown
     labels = run_labels(rows)
     method_of = {labels[row["run_id"]]: row["spec"]["method"] for row in rows}
+    setting_of = {labels[row["run_id"]]: json.dumps(_settings(row["spec"]), sort_keys=True) for row in rows}
     per_label: dict[str, dict[Any, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for row in rows:
         per_label[labels[row["run_id"]]][row["spec"].get("seed")].update(_accuracies(row))
@@ -294,10 +322,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool) ->
     methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), _natural(label)))
     cells = {(m, c): cell for m in methods for c, cell in _line_cells(per_label[m], columns).items()}
     table = Table(*key, columns=columns, methods=methods, cells=cells)
-    baselines = [label for label in methods if method_of[label] == BASELINE]
-    if len(baselines) > 1:
-        table.notes.append(f"Several NoAdapt lines; cells are compared with {baselines[0]}.")
-    _mark_worse(table, baselines[0] if baselines else None)
+    _mark_worse(table, _baselines(table, method_of, setting_of))
     _missing_notes(table, per_label)
     if ignored:
         table.notes.append(f"{ignored} run(s) on corruptions outside the 15 of the benchmark are not shown.")
