@@ -212,9 +212,9 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
         if len(counted):
             where = torch.from_numpy(counted).to(device, non_blocking=True)
             domain = torch.from_numpy(rows[counted, 0]).to(device, non_blocking=True)
-            hit, count = (correct, seen) if index >= prelude_steps else (prelude_correct, prelude_seen)
-            hit.index_add_(0, domain, hits[where])
-            count.index_add_(0, domain, torch.ones_like(hits[where]))
+            right, total = (correct, seen) if index >= prelude_steps else (prelude_correct, prelude_seen)
+            right.index_add_(0, domain, hits[where])
+            total.index_add_(0, domain, torch.ones_like(hits[where]))
             accuracy_curve.append(hits[where].mean())
         else:
             accuracy_curve.append(torch.tensor(math.nan, device=device))
