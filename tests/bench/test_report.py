@@ -455,7 +455,10 @@ def test_a_table_of_some_corruptions_shows_only_those_and_orders_sweeps_by_value
     rows = [make_row("noadapt", "fog", 0.5), make_row("noadapt", "snow", 0.6)]
     rows += [make_row("tent", "fog", 0.3, hparams={"lr_scale": scale}) for scale in (10.0, 3.0)]
     table = only_table(rows)
-    assert table.columns == ["snow", "fog"]  # the paper's order; no group means, no average
+    assert table.columns == ["snow", "fog", "mean"]  # the paper's order; no group means, no average
+    assert table.cell("NoAdapt", "mean").mean == pytest.approx(55.0)  # the mean of the two shown
+    assert table.cell("Tent (lr_scale=3)", "mean").mean is None  # it lacks snow
+    assert only_table(rows[:1]).columns == ["fog"]  # the mean of one corruption would repeat it
     assert table.methods == ["NoAdapt", "Tent (lr_scale=3)", "Tent (lr_scale=10)"]
     assert table.notes == [
         "Tent (lr_scale=3): no result for Snow; the means that need them are left blank.",

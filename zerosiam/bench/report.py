@@ -37,6 +37,7 @@ from zerosiam.corruptions import BENCHMARK, GROUPS
 BASELINE = "noadapt"
 MIXED = "mixed"
 AVERAGE = "avg"
+SHOWN_MEAN = "mean"  # a table of some corruptions: the mean of those it shows
 OVERALL = "overall"
 MISSING = "–"
 WORSE_MARK = "↓"
@@ -63,6 +64,7 @@ COLUMN_NAMES: dict[str, str] = {
     "weather": "Weather",
     "digital": "Digital",
     AVERAGE: "Avg.",
+    SHOWN_MEAN: "Mean",
     OVERALL: "Overall",
 }
 # Spec fields that place a run in a table or a column; every other field (and every hparam) that differs
@@ -232,12 +234,14 @@ def _mean_cell(per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[st
 def table_columns(groups: bool, mixed: bool, present: Iterable[str] = BENCHMARK) -> list[str]:
     """Column keys: the 15 corruptions (or the 4 groups), then the average, then ``overall`` for mixed.
 
-    A table whose runs cover only some of the 15 (``present``: a corruption study, a diagnostics run)
-    shows just those corruptions, and no group or average column, which could never be filled.
+    A table whose runs cover only some of the 15 (``present``: an ablation on a subset, a diagnostics
+    run) shows just those corruptions, and no group or average column, which could never be filled; with
+    two or more of them, their mean (``Mean``), which is not the benchmark's average.
     """
     present = set(present)
     if not set(BENCHMARK) <= present:
-        return [name for name in BENCHMARK if name in present] + ([OVERALL] if mixed else [])
+        shown = [name for name in BENCHMARK if name in present]
+        return shown + ([SHOWN_MEAN] if len(shown) > 1 else []) + ([OVERALL] if mixed else [])
     columns = list(GROUPS) if groups else list(BENCHMARK)
     return columns + [AVERAGE] + ([OVERALL] if mixed else [])
 
@@ -251,7 +255,7 @@ def _natural(text: str) -> tuple:
 
 def _line_cells(per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str]) -> dict[str, Cell]:
     """Every cell of one method's line, before marking."""
-    members = {**GROUPS, AVERAGE: BENCHMARK}
+    members = {**GROUPS, AVERAGE: BENCHMARK, SHOWN_MEAN: [c for c in columns if c in BENCHMARK]}
     cells = {}
     for column in columns:
         if column in members:
