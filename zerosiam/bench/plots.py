@@ -99,7 +99,8 @@ def plot_diagnostics(
     for ax in axes[3:]:
         ax.set_xlabel("step (batch)")
     handles, names = axes[0].get_legend_handles_labels()
-    figure.legend(handles, names, loc="outside lower center", ncols=min(len(names), 6), frameon=False)
+    columns = 6 if max(map(len, names)) <= 24 else 3  # long labels (a sweep's settings) fit fewer abreast
+    figure.legend(handles, names, loc="outside lower center", ncols=min(len(names), columns), frameon=False)
     if title:
         figure.suptitle(title)
     return _save(figure, path)
