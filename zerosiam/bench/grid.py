@@ -143,10 +143,7 @@ class Grid:
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
             raise GridError(f"seeds must be non-negative integers, got {self.seeds}")
         for method in self.methods:
-            accepted = options_of(method)
-            for option in sorted(set(self.hparams) - accepted):
-                takes = ", ".join(sorted(accepted))
-                raise GridError(f"option {option!r} does not apply to method {method!r}; it takes {takes}")
+            _check_options(method, self.hparams, "option")
         for option in sorted(self.sweep):
             if not any(option in options_of(method) for method in self.methods):
                 methods = ", ".join(self.methods)
@@ -159,13 +156,8 @@ class Grid:
             check_prelude(self.prelude)
         except ValueError as error:
             raise GridError(str(error)) from None
-        method = self.prelude["method"]
-        accepted = options_of(method)
-        for option in sorted(set(self.prelude) - {"method", "steps"} - accepted):
-            takes = ", ".join(sorted(accepted))
-            raise GridError(
-                f"prelude option {option!r} does not apply to method {method!r}; it takes {takes}"
-            )
+        options = set(self.prelude) - {"method", "steps"}
+        _check_options(self.prelude["method"], options, "prelude option")
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one
@@ -205,6 +197,14 @@ class Grid:
                     )
                 )
         return _unique(out)
+
+
+def _check_options(method: str, options: Iterable[str], what: str) -> None:
+    """Refuse the first of ``options`` that ``method`` does not take, naming the ones it does."""
+    accepted = options_of(method)
+    for option in sorted(set(options) - accepted):
+        takes = ", ".join(sorted(accepted))
+        raise GridError(f"{what} {option!r} does not apply to method {method!r}; it takes {takes}")
 
 
 def _non_negative(value: Any) -> bool:

@@ -50,7 +50,3 @@ class Relay:
     def history(self) -> list[dict[str, Any]]:
         """Both legs' per-step diagnostics, in stream order."""
         return self.first.history + ([] if self.second is None else self.second.history)
-
-    @property
-    def model(self) -> nn.Module:
-        return self.current.model
