@@ -131,6 +131,7 @@ def adapt(
     lr_scale: float = 1.0,
     precision: str = "fp32",
     diagnostics: bool = True,
+    streams: int = 1,
     **overrides,
 ) -> Adapter:
     """Wrap ``model`` for online test-time adaptation by ``method``.
@@ -144,6 +145,9 @@ def adapt(
     ``divergence``, ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp")``; keywords
     that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     ``diagnostics=False`` records only the step counts, not the per-step collapse indicators.
+    ``streams=B`` adapts B independent streams in one forward, each batch holding ``batch_size`` samples
+    of every stream, stream-major (Tent, ZeroSiam and recipes without selection, on GroupNorm/LayerNorm
+    models; ``zerosiam.parts.streams``).
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if not (math.isfinite(lr_scale) and lr_scale > 0):
@@ -160,7 +164,7 @@ def adapt(
         precision=check_precision(precision),
         diagnostics=diagnostics,
     )
-    return Adapter(model, recipe, settings, head=head, extras=extras)
+    return Adapter(model, recipe, settings, head=head, extras=extras, streams=streams)
 
 
 __all__ = [

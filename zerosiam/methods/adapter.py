@@ -5,6 +5,10 @@ update) and then updates. Unlike it, what is updated and how comes from a ``Reci
 shares this one loop. The model is adapted in place (no copy of a large backbone) and everything the
 adapter changes is recorded, so ``reset()`` restores the source weights exactly and ``release()`` hands
 the model back as it came.
+
+``streams=B`` adapts B independent streams at once (``zerosiam.parts.streams``): each batch holds every
+stream's samples, stream-major, each stream has its own norm parameters and predictor, and ``history``
+holds one value per stream; ``stream_history(s)`` is stream ``s``'s alone.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.precision import forward_precision, tensor_cores
 from zerosiam.parts.predictor import build_predictor, identity_drift
 from zerosiam.parts.split import FeatureTap
+from zerosiam.parts.streams import StreamNorms, check_streams, stack_predictor
 
 
 class NonFiniteInputError(ValueError):
@@ -53,8 +58,15 @@ class Adapter(GradientLearner):
         settings: Settings,
         head: str | nn.Module | None = None,
         extras: dict[str, Any] | None = None,
+        streams: int = 1,
     ) -> None:
+        if check_streams(streams) > 1 and not recipe.stacks:
+            raise ValueError(
+                f"method {recipe.name!r} does not stack over streams (it selects samples, regularizes, "
+                "recovers or takes SAM steps); run its streams one by one"
+            )
         self.model = model
+        self.streams = streams
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
         self.settings = settings
         self._history: list[dict[str, Any]] = []
@@ -66,7 +78,12 @@ class Adapter(GradientLearner):
         if not recipe.adapts:
             model.eval()
             return
-        self.params = dict(recipe.params.parameters(model))
+        self._stream_norms = None
+        if streams > 1:
+            self._stream_norms = StreamNorms(model, recipe.params.modules(model), streams)
+            self.params = self._stream_norms.params
+        else:
+            self.params = dict(recipe.params.parameters(model))
         model.requires_grad_(False)
         model.eval()
         for param in self.params.values():
@@ -92,7 +109,7 @@ class Adapter(GradientLearner):
             return self._predict_then_adapt(x)
 
     def _predict_then_adapt(self, x: Tensor) -> Tensor:
-        _check_input(x)
+        self._check_input(x)
         if not self.recipe.adapts:
             with torch.no_grad():
                 prediction = self._forward(x)
@@ -109,11 +126,16 @@ class Adapter(GradientLearner):
     def predict(self, x: Tensor) -> Tensor:
         """The prediction for ``x`` from the current weights, with no adaptation step and no record: for
         scoring a model frozen after adapting (the blind-spot protocol)."""
-        _check_input(x)
+        self._check_input(x)
         if self.recipe.adapts:
             self._batch_stats.check_batch(x.shape[0])
         with torch.no_grad():
             return self._forward(x)
+
+    def _check_input(self, x: Tensor) -> None:
+        _check_input(x)
+        if x.shape[0] % self.streams:
+            raise ValueError(f"a batch of {x.shape[0]} samples does not split into {self.streams} streams")
 
     def _forward(self, x: Tensor) -> Tensor:
         """The model's logits in float32, its forward at the adapter's precision."""
@@ -132,7 +154,14 @@ class Adapter(GradientLearner):
                     self._add_predictor(self._tap.feature_dim)
                 online = self._tap.head_of(self.predictor(feature))
         target, online = target.float(), online.float()  # losses, rules and weights in float32
-        batch = Batch(x=x, logits=online, target=target, entropy=entropy(online).detach(), learner=self)
+        batch = Batch(
+            x=x,
+            logits=online,
+            target=target,
+            entropy=entropy(online).detach(),
+            learner=self,
+            streams=self.streams,
+        )
         return self.recipe.evaluate(batch, restrict)
 
     # --- predictor ---------------------------------------------------------------------------------
@@ -140,9 +169,10 @@ class Adapter(GradientLearner):
         """Build h for feature size ``dim`` and give it its own learning rate; the optimizer's initial
         state, which ``restore_source`` returns to, is taken afresh to include it."""
         head = self._tap.head
-        self.predictor = build_predictor(self.recipe.asymmetry.predictor, dim).to(
-            device=head.weight.device, dtype=head.weight.dtype
-        )
+        predictor = build_predictor(self.recipe.asymmetry.predictor, dim)
+        if self.streams > 1:
+            predictor = stack_predictor(predictor, self.streams)
+        self.predictor = predictor.to(device=head.weight.device, dtype=head.weight.dtype)
         self._predictor_source = copy.deepcopy(self.predictor.state_dict())
         learned = [p for p in self.predictor.parameters() if p.requires_grad]
         if learned:
@@ -213,11 +243,16 @@ class Adapter(GradientLearner):
         """Restore the source weights, modes and flags, remove hooks, and hand the model back.
 
         ``keep_adapted=True`` keeps the adapted weights instead (modes, flags and hooks are restored all
-        the same): the model can then be handed to another adapter, as ``Relay`` does.
+        the same): the model can then be handed to another adapter, as ``Relay`` does; not from
+        stacked streams, whose model holds none of them.
         """
+        if keep_adapted and self.streams > 1:
+            raise ValueError(f"the model adapted by {self.streams} streams has no one adapted state to keep")
         if not keep_adapted:
             self.restore_source()
         if self.recipe.adapts:
+            if self._stream_norms is not None:
+                self._stream_norms.restore()
             self._batch_stats.restore()
             if self._tap is not None:
                 self._tap.close()
@@ -241,11 +276,12 @@ class Adapter(GradientLearner):
         ``history`` reads them back in bulk."""
         row: dict[str, Any] = {"step": self.steps}
         if self.settings.diagnostics:
-            logits = prediction.detach().float().flatten(0, -2)
+            logits = self._by_stream(prediction.detach().float())
             norms = logits.norm(dim=-1)
-            row["entropy"] = entropy(logits).mean()
-            row["logit_norm"] = norms.mean()
-            row["centre_dominance"] = logits.mean(0).norm() / norms.mean().clamp_min(1e-12)
+            row["entropy"] = self._per_stream(entropy(logits).mean(-1))
+            row["logit_norm"] = self._per_stream(norms.mean(-1))
+            centre = logits.mean(-2).norm(dim=-1) / norms.mean(-1).clamp_min(1e-12)
+            row["centre_dominance"] = self._per_stream(centre)
             row["predictor_drift"] = (
                 identity_drift(self.predictor) if self.predictor is not None else math.nan
             )
@@ -253,8 +289,12 @@ class Adapter(GradientLearner):
             first = evaluations[0]
             if self.settings.diagnostics:
                 row.update(first.terms)
-            row["selected"] = first.mask.sum() if first.filtered else first.mask.numel()
-            row["updated"] = first.mask.any() if self.skipped is None else False
+            if self.streams > 1:
+                row["selected"] = self._by_stream(first.mask).sum(-1)
+                row["updated"] = self._by_stream(first.mask).any(-1) & (self.skipped is None)
+            else:
+                row["selected"] = first.mask.sum() if first.filtered else first.mask.numel()
+                row["updated"] = first.mask.any() if self.skipped is None else False
             row["skipped"] = self.skipped
             row["recovered"] = recovered
         else:
@@ -262,18 +302,42 @@ class Adapter(GradientLearner):
         self._history.append(row)
         self.steps += 1
 
+    def _by_stream(self, values: Tensor) -> Tensor:
+        """``[B·n, ...]`` rows as ``[B, n, ...]``, one block per stream (``[1, N, ...]`` for one stream);
+        a language model's positions count as its rows."""
+        rows = values.flatten(0, -2) if values.ndim > 1 else values
+        return rows.view(self.streams, -1, *rows.shape[1:])
+
+    def _per_stream(self, values: Tensor) -> Tensor:
+        """One value per stream, or a single one when there is one stream."""
+        return values if self.streams > 1 else values.squeeze(0)
+
     @property
     def history(self) -> list[dict[str, Any]]:
-        """Every step's diagnostics as Python numbers; what is still on the device is read back here,
-        all pending steps in one transfer."""
+        """Every step's diagnostics as Python numbers (lists of one per stream for stacked streams);
+        what is still on the device is read back here, all pending steps in one transfer."""
         rows = self._history[self._read :]
         pending = [(row, key) for row in rows for key, value in row.items() if torch.is_tensor(value)]
         if pending:
-            values = torch.stack([row[key].detach().float().cpu() for row, key in pending]).tolist()
-            for (row, key), value in zip(pending, values, strict=True):
-                row[key] = _AS_PYTHON.get(key, float)(value)
+            tensors = [row[key].detach() for row, key in pending]
+            values = torch.cat([t.float().reshape(-1) for t in tensors]).cpu().tolist()
+            start = 0
+            for (row, key), tensor in zip(pending, tensors, strict=True):
+                convert = _AS_PYTHON.get(key, float)
+                read = [convert(v) for v in values[start : start + tensor.numel()]]
+                row[key] = read if tensor.ndim else read[0]
+                start += tensor.numel()
         self._read = len(self._history)
         return self._history
+
+    def stream_history(self, stream: int) -> list[dict[str, Any]]:
+        """``history`` as seen by stream ``stream`` alone: every per-stream list replaced by its value."""
+        if not 0 <= stream < self.streams:
+            raise ValueError(f"stream {stream} out of range: this adapter runs {self.streams}")
+        return [
+            {key: value[stream] if isinstance(value, list) else value for key, value in row.items()}
+            for row in self.history
+        ]
 
     @property
     def last(self) -> dict[str, Any]:

@@ -76,6 +76,14 @@ class Recipe:
     def with_(self, **changes) -> Recipe:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def stacks(self) -> bool:
+        """Whether independent streams of this recipe can share one forward (``Adapter(streams=B)``):
+        each stream's loss must depend on its own samples only and every step must move every stream,
+        so no selection (a stream with no sample kept must not step), no regularizer over all the
+        weights, no recovery and no SAM (its perturbation is normalized over all the weights)."""
+        return not (self.select or self.regularizer or self.recover) and self.step is plain_step
+
     def per_sample_objective(self, batch: Batch) -> Tensor:
         """The objective of every sample of ``batch`` (a named or callable loss of the logits, or an
         objective that reads more of the batch)."""
@@ -114,13 +122,17 @@ class Recipe:
             mask &= rule(batch)
         batch.kept = mask
         per_sample = self.per_sample_objective(batch)
-        terms = {"objective": _masked_mean(per_sample.detach(), mask)}
+        terms = {"objective": _masked_mean(per_sample.detach(), mask, batch.streams)}
         if self.weight is not None:
             per_sample = per_sample * self.weight(batch).detach()
         if self.asymmetry is not None:
             alignment = self.asymmetry.align(batch.logits, batch.target)
-            terms["divergence"] = _masked_mean(alignment.detach(), mask)
+            terms["divergence"] = _masked_mean(alignment.detach(), mask, batch.streams)
             per_sample = per_sample + alignment
+        if batch.streams > 1:  # each stream's own mean, summed: every stream gets its own gradient
+            per_stream = per_sample.view(batch.streams, -1).mean(1)
+            terms["loss"] = per_stream.detach()
+            return Evaluation(per_stream.sum(), mask, batch, terms, filtered)
         if not filtered:  # every sample counts: no need to ask the device whether any does
             loss = per_sample.mean()
         else:
@@ -136,6 +148,10 @@ class Recipe:
         return Evaluation(loss, mask, batch, terms, filtered)
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """The mean over the selected samples, NaN when none is (computed on the device: no host sync)."""
-    return torch.where(mask, values, 0.0).sum() / mask.sum()
+def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1) -> Tensor:
+    """The mean over the selected samples, NaN when none is (computed on the device: no host sync);
+    one per stream when the batch stacks several."""
+    kept = torch.where(mask, values, 0.0)
+    if streams == 1:
+        return kept.sum() / mask.sum()
+    return kept.view(streams, -1).sum(1) / mask.view(streams, -1).sum(1)

@@ -60,7 +60,8 @@ class Batch:
     ``learner`` gives rules that need it (DeYO's second view, EATA's Fisher) the model.
     ``kept`` is what the rules before the current one kept, so a costly rule (DeYO's second forward)
     can work on those samples only, as its authors' code does; ``cache`` holds per-forward values that
-    a rule and a weight share (DeYO's PLPD) so they are computed once.
+    a rule and a weight share (DeYO's PLPD) so they are computed once. ``streams`` is how many
+    independent streams the rows stack, stream-major (``zerosiam.parts.streams``).
     """
 
     x: Tensor
@@ -72,6 +73,7 @@ class Batch:
     tokens: Tensor | None = None
     kept: Tensor | None = None
     cache: dict[str, Tensor] = field(default_factory=dict)
+    streams: int = 1
 
     def require(self, modality: Modality, part: str) -> None:
         """Refuse, in one line, a part that has no meaning for this batch's modality."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from zerosiam.parts.streams import StackedLinear
+
 
 class IdentityLinear(nn.Linear):
     """Bias-free linear layer that starts as the identity and is learned."""
@@ -84,11 +86,14 @@ def build_predictor(kind: str, dim: int) -> nn.Module:
 
 def identity_drift(predictor: nn.Module) -> Tensor | float:
     """‖θ_h − I‖_F, the paper's measure of how far the predictor has moved, as a tensor on h's device
-    (read back with the other diagnostics); NaN when h is not a square linear map."""
-    if not isinstance(predictor, nn.Linear) or predictor.in_features != predictor.out_features:
+    (read back with the other diagnostics), one per stream for stacked predictors; NaN when h is not a
+    square linear map."""
+    if not isinstance(predictor, (nn.Linear, StackedLinear)):
         return float("nan")
     weight = predictor.weight.detach()
-    identity = torch.eye(weight.shape[0], dtype=weight.dtype, device=weight.device)
+    if weight.shape[-1] != weight.shape[-2]:
+        return float("nan")
+    identity = torch.eye(weight.shape[-1], dtype=weight.dtype, device=weight.device)
     return torch.linalg.matrix_norm(weight - identity)
 
 
