@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import needs_assets
-from zerosiam.bench.grid import Grid, execute
+from zerosiam.bench.grid import Grid, execute, tasks_of
 from zerosiam.bench.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,3 +159,33 @@ def test_a_grids_prelude_goes_to_every_run_and_is_checked():
     ):
         with pytest.raises(ValueError, match=message):
             Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"], prelude=bad).validate()
+
+
+def test_stacking_groups_batch1_runs_that_differ_only_in_corruption():
+    grid = Grid(models=["resnet26_gn"], methods=["noadapt", "tent", "sar", "zerosiam"],
+                corruptions=["fog", "snow", "frost"], protocols=["bs1", "mild"])  # fmt: skip
+    specs = grid.specs()
+    assert [[values] for values in (s.as_dict() for s in specs)] == tasks_of(specs, stack=False)
+    tasks = tasks_of(specs, stack=True, most=2)
+    assert sorted(values["corruption"] for task in tasks for values in task) == sorted(
+        s.corruption for s in specs
+    )
+    stacked = [task for task in tasks if len(task) > 1]
+    assert len(stacked) == 3 and all(len(task) == 2 for task in stacked)  # fog+snow of 3 methods; frost apart
+    for task in stacked:
+        assert task[0]["protocol"] == "bs1" and task[0]["method"] in ("noadapt", "tent", "zerosiam")
+        assert {k: v for k, v in task[0].items() if k != "corruption"} == {
+            k: v for k, v in task[1].items() if k != "corruption"
+        }
+
+
+def test_a_stacked_grid_stores_what_the_unstacked_one_does(fake_domains, tiny_model, tmp_path):
+    specs = Grid(models=["resnet20"], methods=["noadapt", "zerosiam", "sar"], corruptions=["fog", "snow"],
+                 protocols=["bs1"], hparams={"lr": 0.05}).specs()  # fmt: skip
+    stacked, alone = ResultStore(tmp_path / "stacked.db"), ResultStore(tmp_path / "alone.db")
+    assert execute(specs, stacked, backend="inline", progress=False, stack=True) == (6, [])
+    assert execute(specs, alone, backend="inline", progress=False) == (6, [])
+    for spec in specs:
+        mine, theirs = stacked.get(spec.run_id), alone.get(spec.run_id)
+        assert mine["metrics"]["accuracy"] == pytest.approx(theirs["metrics"]["accuracy"])
+        assert mine["metrics"].get("streams") == (None if spec.method == "sar" else 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -101,3 +102,34 @@ def test_a_prelude_is_checked_and_an_empty_one_keeps_old_run_ids():
     before = {key: value for key, value in spec.as_dict().items() if key != "prelude"}
     assert spec.run_id == runner.run_id_for(before)  # runs stored before the field existed resume
     assert _spec(prelude={"method": "tent", "steps": 3}).run_id != spec.run_id
+
+
+@pytest.mark.parametrize("protocol", ["bs1", "label_shift_bs1"])
+def test_stacked_runs_give_each_run_what_it_gets_alone(fake_domains, tiny_model, protocol):
+    """Three corruptions as three streams of one adapter: every run's accuracy, counts and curves are
+    those of the run on its own."""
+    specs = [
+        _spec(method="zerosiam", protocol=protocol, batch_size=1, corruption=name, hparams={"lr": 0.05})
+        for name in ("fog", "snow", "frost")
+    ]
+    stacked = runner.run_stacked(specs)
+    for spec, result in zip(specs, stacked, strict=True):
+        alone = runner.run(spec)
+        assert result.spec == spec and result.metrics["streams"] == 3
+        for key in ("accuracy", "samples", "steps", "updates"):
+            assert result.metrics[key] == pytest.approx(alone.metrics[key]), key
+        assert result.curves.keys() == alone.curves.keys()
+        for key, curve in alone.curves.items():
+            assert result.curves[key] == pytest.approx(curve, rel=1e-4, abs=1e-5, nan_ok=True), key
+    moved = [r.curves["predictor_drift"][-1] for r in stacked]
+    assert len(set(moved)) == 3  # three streams that adapted apart
+
+
+def test_runs_that_cannot_share_an_adapter_are_refused(fake_domains, tiny_model):
+    fog, snow = _spec(batch_size=1, protocol="bs1"), _spec(batch_size=1, protocol="bs1", corruption="snow")
+    with pytest.raises(ValueError, match=r"differ in their corruption only, not in \['method'\]"):
+        runner.run_stacked([fog, dataclasses.replace(snow, method="zerosiam")])
+    with pytest.raises(ValueError, match="do not stack"):
+        runner.run_stacked([dataclasses.replace(s, protocol="blind_spot") for s in (fog, snow)])
+    with pytest.raises(ValueError, match="method 'sar' does not stack"):
+        runner.run_stacked([dataclasses.replace(s, method="sar") for s in (fog, snow)])

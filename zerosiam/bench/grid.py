@@ -24,8 +24,8 @@ from tqdm import tqdm
 from zerosiam import corruptions
 from zerosiam.bench import datasets
 from zerosiam.bench.device import resolve_device
-from zerosiam.bench.runner import Result, RunSpec, check_prelude, run
-from zerosiam.bench.store import Failure, ResultStore, signals_deferred
+from zerosiam.bench.runner import STACKED_PROTOCOLS, Result, RunSpec, check_prelude, run_stacked
+from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_deferred
 from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.methods import get_recipe, options_of
 from zerosiam.parts.precision import PRECISIONS
@@ -235,6 +235,7 @@ def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
 
 Outcome = tuple[dict[str, Any], dict, dict, dict] | Failure
 Sink = Callable[[Outcome], None]
+Task = list[dict[str, Any]]  # what a worker runs at once: one spec, or specs stacked as streams
 
 
 @dataclass(frozen=True)
@@ -247,26 +248,52 @@ class Execution:
     address: str | None = None  # a Ray cluster
     device: str = "cpu"  # auto, cpu, cuda, cuda:N
     gpus_per_run: float = 0.0  # Ray's GPU resources per run (fractions share a GPU)
+    stack: bool = False  # batch-size-1 runs that differ only in corruption share one stacked adapter
 
 
-def _execute(
-    spec_values: dict[str, Any], threads: int, device: str
-) -> tuple[dict[str, Any], dict, dict, dict]:
-    """Worker entry point: one run with ``threads`` intra-op threads on ``device`` (picklable, for pools
-    and Ray)."""
+def _execute(task: Task, threads: int, device: str) -> list[Outcome]:
+    """Worker entry point: one run, or runs stacked as streams, with ``threads`` intra-op threads on
+    ``device`` (picklable, for pools and Ray)."""
     import torch
 
     torch.set_num_threads(threads)
-    result: Result = run(RunSpec.from_dict(spec_values), device=resolve_device(device))
-    return spec_values, result.metrics, result.curves, result.env
+    specs = [RunSpec.from_dict(values) for values in task]
+    results: list[Result] = run_stacked(specs, device=resolve_device(device))
+    return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
 
 
-def _attempt(spec_values: dict[str, Any], threads: int, device: str) -> Outcome:
-    """``_execute``, with an exception turned into a ``Failure`` so that one bad run never ends a grid."""
+def _attempt(task: Task, threads: int, device: str) -> list[Outcome]:
+    """``_execute``, with an exception turned into a ``Failure`` of each of the task's runs, so that one
+    bad run never ends a grid."""
     try:
-        return _execute(spec_values, threads, device)
+        return _execute(task, threads, device)
     except Exception as error:
-        return Failure.of(spec_values, error)
+        return [Failure.of(values, error) for values in task]
+
+
+def tasks_of(specs: list[RunSpec], stack: bool, most: int = 15) -> list[Task]:
+    """The runs as worker tasks: one run each, or with ``stack``, up to ``most`` batch-size-1 runs that
+    differ only in their corruption in one task (methods that stack: Tent, ZeroSiam, NoAdapt, ...)."""
+    groups: dict[str, Task] = {}
+    tasks: list[Task] = []
+    for spec in specs:
+        values = spec.as_dict()
+        if not (stack and _stacks(spec)):
+            tasks.append([values])
+            continue
+        key = run_id_for({k: v for k, v in values.items() if k != "corruption"})
+        group = groups.setdefault(key, [])
+        if not group:
+            tasks.append(group)
+        group.append(values)
+        if len(group) == most:
+            del groups[key]
+    return tasks
+
+
+def _stacks(spec: RunSpec) -> bool:
+    recipe = get_recipe(spec.method)
+    return spec.protocol in STACKED_PROTOCOLS and not spec.prelude and (recipe.stacks or not recipe.adapts)
 
 
 def prepare_data(specs: Iterable[RunSpec]) -> None:
@@ -294,9 +321,12 @@ def execute(
     progress: bool = True,
     device: str = "cpu",
     gpus_per_run: float = 0.0,
+    stack: bool = False,
 ) -> tuple[int, list[Failure]]:
     """Run the specs that have no row yet, writing each result as it finishes and each failure as it
-    happens; returns how many ran and the failures. A failed run does not stop the others."""
+    happens; returns how many ran and the failures. A failed run does not stop the others. ``stack``
+    runs batch-size-1 runs that differ only in their corruption as streams of one adapter
+    (``tasks_of``): the same results, up to float rounding, in a fraction of the time."""
     todo = pending(specs, store)
     if not todo:
         return 0, []
@@ -317,7 +347,8 @@ def execute(
             store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
         bar.update(1)
 
-    runner(todo, Execution(backend, workers, threads, address, device, gpus_per_run), store_outcome)
+    execution = Execution(backend, workers, threads, address, device, gpus_per_run, stack)
+    runner(tasks_of(todo, stack), execution, store_outcome)
     bar.close()
     return len(todo), failures
 
@@ -327,31 +358,31 @@ def default_workers(threads: int) -> int:
 
 
 def _worker(connection: Connection, threads: int, device: str) -> None:
-    """A local worker process: runs the specs it is sent, one at a time, and sends back each outcome.
+    """A local worker process: runs the tasks it is sent, one at a time, and sends back their outcomes.
     Ctrl-C reaches the whole process group; the driver handles it and stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(EOFError):  # the driver is gone (even killed): so is the work
-        while (spec_values := connection.recv()) is not None:
-            connection.send(_attempt(spec_values, threads, device))
+        while (task := connection.recv()) is not None:
+            connection.send(_attempt(task, threads, device))
 
 
 @dataclass
 class _Worker:
     process: multiprocessing.process.BaseProcess
     connection: Connection
-    spec: dict[str, Any] | None = None  # what it is running now
+    task: Task | None = None  # what it is running now
 
 
-def _run_local(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
-    """Worker processes (spawned: no fork of a threaded torch), each handed one run at a time; with
+def _run_local(todo: list[Task], execution: Execution, sink: Sink) -> None:
+    """Worker processes (spawned: no fork of a threaded torch), each handed one task at a time; with
     ``device="cuda"`` and several GPUs, worker i computes on GPU i (one worker per visible GPU).
 
-    The driver knows which run each worker holds, so a worker that dies (SIGKILL, out of memory) fails
-    exactly that run; a fresh worker takes its place and the grid goes on. Only the wait for workers can
+    The driver knows which runs each worker holds, so a worker that dies (SIGKILL, out of memory) fails
+    exactly those; a fresh worker takes its place and the grid goes on. Only the wait for workers can
     be interrupted (Ctrl-C, SIGTERM): what has arrived is stored first. On any exit the workers stop.
     """
     context = multiprocessing.get_context("spawn")
-    queue = deque(spec.as_dict() for spec in todo)
+    queue = deque(todo)
     devices = worker_devices(execution)
     size = min(execution.workers or len(devices) or default_workers(execution.threads), len(todo))
 
@@ -367,34 +398,36 @@ def _run_local(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
     pool: list[_Worker] = []
     try:
         pool.extend(start(index) for index in range(size))
-        while queue or any(w.spec is not None for w in pool):
+        while queue or any(w.task is not None for w in pool):
             for index, worker in enumerate(pool):
-                if worker.spec is None and queue:
+                if worker.task is None and queue:
                     if not worker.process.is_alive():  # died between runs: nothing of ours was lost
                         _stop(worker)
                         pool[index] = worker = start(index)
-                    worker.spec = queue.popleft()
-                    worker.connection.send(worker.spec)
-            busy = [w for w in pool if w.spec is not None]
+                    worker.task = queue.popleft()
+                    worker.connection.send(worker.task)
+            busy = [w for w in pool if w.task is not None]
             wait([*(w.connection for w in busy), *(w.process.sentinel for w in busy)])
             with signals_deferred():
                 for index, worker in enumerate(pool):
-                    outcome = _collect(worker)
-                    if outcome is None:
+                    outcomes = _collect(worker)
+                    if outcomes is None:
                         continue
-                    worker.spec = None
-                    if isinstance(outcome, Failure) and not worker.process.is_alive():
+                    worker.task = None
+                    if not worker.process.is_alive():
                         worker.connection.close()
                         pool[index] = start(index)
-                    sink(outcome)
+                    for outcome in outcomes:
+                        sink(outcome)
     finally:
         for worker in pool:
             _stop(worker)
 
 
-def _collect(worker: _Worker) -> Outcome | None:
-    """The outcome of the worker's run if there is one now: its result, or a ``Failure`` if it died."""
-    if worker.spec is None:
+def _collect(worker: _Worker) -> list[Outcome] | None:
+    """The outcomes of the worker's task if they are there now: its results, or a ``Failure`` of each
+    of its runs if it died."""
+    if worker.task is None:
         return None
     try:
         if worker.connection.poll():
@@ -405,7 +438,8 @@ def _collect(worker: _Worker) -> Outcome | None:
         if worker.process.is_alive():
             return None
     worker.process.join()
-    return Failure(worker.spec, f"the worker process died ({_death(worker.process.exitcode)})", "")
+    died = f"the worker process died ({_death(worker.process.exitcode)})"
+    return [Failure(values, died, "") for values in worker.task]
 
 
 def _death(exitcode: int | None) -> str:
@@ -419,16 +453,16 @@ def _stop(worker: _Worker) -> None:
     if worker.process.is_alive():
         with contextlib.suppress(OSError, BrokenPipeError):
             worker.connection.send(None)
-        worker.process.join(timeout=0 if worker.spec is not None else 5)
+        worker.process.join(timeout=0 if worker.task is not None else 5)
         if worker.process.is_alive():
             worker.process.kill()
             worker.process.join()
     worker.connection.close()
 
 
-def _run_ray(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
-    """One Ray task per run; the driver collects results as they finish and writes them. A task that
-    raises, or whose worker dies, is a ``Failure`` of that run."""
+def _run_ray(todo: list[Task], execution: Execution, sink: Sink) -> None:
+    """One Ray task per task of runs; the driver collects results as they finish and writes them. A task
+    that raises, or whose worker dies, is a ``Failure`` of each of its runs."""
     try:
         import ray
     except ImportError:
@@ -446,27 +480,29 @@ def _run_ray(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
         # with GPU resources, Ray makes the run's GPU the task's only visible one: "cuda" is that GPU
         device = "cuda" if execution.gpus_per_run > 0 else execution.device
         task = ray.remote(num_cpus=threads, num_gpus=execution.gpus_per_run, max_retries=0)(_attempt)
-        specs = {task.remote(spec.as_dict(), threads, device): spec.as_dict() for spec in todo}
-        refs = list(specs)
+        tasks = {task.remote(runs, threads, device): runs for runs in todo}
+        refs = list(tasks)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
             with signals_deferred():
                 try:
-                    outcome = ray.get(done[0])
+                    outcomes = ray.get(done[0])
                 except Exception as error:  # the task's worker died (ray.exceptions.WorkerCrashedError, ...)
-                    outcome = Failure.of(specs[done[0]], error)
-                sink(outcome)
+                    outcomes = [Failure.of(values, error) for values in tasks[done[0]]]
+                for outcome in outcomes:
+                    sink(outcome)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run_inline(todo: list[RunSpec], execution: Execution, sink: Sink) -> None:
-    """Runs one after another in this process: for debugging and tests (peak memory is the process's)."""
-    for spec in todo:
-        outcome = _attempt(spec.as_dict(), execution.threads, execution.device)
+def _run_inline(todo: list[Task], execution: Execution, sink: Sink) -> None:
+    """Tasks one after another in this process: for debugging and tests (peak memory is the process's)."""
+    for task in todo:
+        outcomes = _attempt(task, execution.threads, execution.device)
         with signals_deferred():
-            sink(outcome)
+            for outcome in outcomes:
+                sink(outcome)
 
 
 def worker_devices(execution: Execution) -> list[str]:

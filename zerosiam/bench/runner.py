@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,61 +189,137 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
     per-step diagnostics are read back once at the end. (What still reads the device each step: the
     adapter's finiteness check of the update and, for filtering methods, whether any sample was kept.)
     """
+    return run_stacked([spec], progress, device)[0]
+
+
+def run_stacked(
+    specs: Sequence[RunSpec], progress: bool = False, device: str | torch.device = "cpu"
+) -> list[Result]:
+    """Execute runs that differ only in their corruption as stacked streams of one adapter
+    (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
+    the batch-size-1 protocols affordable. Each run's result is what ``run`` gives it, up to float
+    rounding; its ``seconds`` are its share of the wall time and ``streams`` says how many shared it.
+    """
     device = torch.device(device)
+    spec = check_stackable(specs)
     reset_peak(device)  # a pool worker runs many specs: each reports its own peak
     torch.manual_seed(spec.seed)
     model = zerosiam.load_model(spec.model, **spec.model_options).to(device)
-    stream = stream_for(spec, source_model=model, device=device)
-    adapter = _adapter(spec, model, stream.batch_size)
-    batches = StreamBatches(stream)
-    correct, seen, prelude_correct, prelude_seen = torch.zeros(4, len(stream.domains), device=device)
-    prelude_steps = spec.prelude.get("steps", 0)
-    accuracy_curve = []
+    streams = [stream_for(one, source_model=model, device=device) for one in specs]
+    batches = [StreamBatches(stream) for stream in streams]
+    if len({len(b) for b in batches}) > 1:
+        raise ValueError(f"stacked runs need streams of one length, got {sorted({len(b) for b in batches})}")
+    adapter = _adapter(spec, model, streams[0].batch_size, streams=len(specs))
+    scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in streams]
     waited = 0.0
     start = time.perf_counter()
-    loader = iter(batches.loader(device))
-    for index, (a, b) in enumerate(tqdm(batches.bounds, desc=spec.method, leave=False, disable=not progress)):
-        rows = stream.rows[a:b]
+    loaders = [iter(b.loader(device)) for b in batches]
+    steps = tqdm(range(len(batches[0])), desc=spec.method, leave=False, disable=not progress)
+    for index in steps:
         asked = time.perf_counter()
-        pixels, labels = next(loader)  # decoded ahead by the loader's workers, in the protocol's order
+        data = [next(loader) for loader in loaders]  # decoded ahead by the loaders' workers, in order
         waited += time.perf_counter() - asked
-        x, y = to_device(pixels, labels, device)
-        hits = (adapter(x).argmax(1) == y).float()
-        counted = np.flatnonzero(stream.evaluated[a:b])  # known on the host: no question to the device
-        if len(counted):
-            where = torch.from_numpy(counted).to(device, non_blocking=True)
-            domain = torch.from_numpy(rows[counted, 0]).to(device, non_blocking=True)
-            right, total = (correct, seen) if index >= prelude_steps else (prelude_correct, prelude_seen)
-            right.index_add_(0, domain, hits[where])
-            total.index_add_(0, domain, torch.ones_like(hits[where]))
-            accuracy_curve.append(hits[where].mean())
-        else:
-            accuracy_curve.append(torch.tensor(math.nan, device=device))
-    correct, seen = correct.cpu().double().numpy(), seen.cpu().double().numpy()  # whole counts: exact
-    if stream.frozen_rows is not None:
-        hits = frozen_hits(adapter.predict, stream, stream.frozen_rows, device)
-        correct[0], seen[0] = hits.sum(), len(hits)
-    curve = torch.stack(accuracy_curve).tolist() if accuracy_curve else []
-    seconds = time.perf_counter() - start
-    metrics = _metrics(stream, correct, seen, seconds, adapter, device)
-    metrics["data_wait_fraction"] = waited / seconds if seconds > 0 else 0.0
-    if spec.prelude:
-        metrics["prelude_accuracy"] = float(prelude_correct.sum() / prelude_seen.sum().clamp_min(1))
-    return Result(
-        spec,
-        metrics,
-        _curves(adapter, curve),
-        {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)},
-    )
+        x, y = to_device(torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data]), device)
+        hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
+        for score, stream_batches, stream_hits in zip(scores, batches, hits, strict=True):
+            score.add(index, *stream_batches.bounds[index], stream_hits)
+    if streams[0].frozen_rows is not None:
+        scores[0].frozen(adapter, device)
+    seconds = (time.perf_counter() - start) / len(specs)
+    env = {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)}
+    results = []
+    for number, (one, score) in enumerate(zip(specs, scores, strict=True)):
+        history = adapter.stream_history(number) if len(specs) > 1 else adapter.history
+        metrics = _metrics(score, seconds, adapter.steps, history, device)
+        metrics["data_wait_fraction"] = waited / len(specs) / seconds if seconds > 0 else 0.0
+        if len(specs) > 1:
+            metrics["streams"] = len(specs)
+        if spec.prelude:
+            metrics["prelude_accuracy"] = score.prelude_accuracy
+        results.append(Result(one, metrics, _curves(history, score.curve()), env))
+    return results
 
 
-def _adapter(spec: RunSpec, model: nn.Module, batch_size: int) -> Adapter | Relay:
+STACKED_PROTOCOLS = ("bs1", "label_shift_bs1")  # where stacking pays: one-sample steps, equal lengths
+
+
+def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
+    """The runs' common spec if they may share one stacked adapter: the same run but for the corruption,
+    no prelude (a relay hands one model over) and no frozen scoring (the blind spot scores one model);
+    otherwise a one-line error."""
+    if not specs:
+        raise ValueError("no runs to stack")
+    first = specs[0]
+    if len(specs) == 1:
+        return first
+    others = {field: value for field, value in first.as_dict().items() if field != "corruption"}
+    for spec in specs[1:]:
+        differing = [f for f, v in others.items() if spec.as_dict()[f] != v]
+        if differing:
+            raise ValueError(f"stacked runs may differ in their corruption only, not in {differing}")
+    if first.prelude or first.protocol == "blind_spot" or first.corruption == MIXED:
+        raise ValueError(
+            f"runs with a prelude, the blind spot or the mixed protocol do not stack (protocol "
+            f"{first.protocol!r}, prelude {first.prelude or 'none'})"
+        )
+    return first
+
+
+class _Score:
+    """One run's online accuracy, per domain, with the prelude's batches scored apart, and its curve."""
+
+    def __init__(self, stream: Stream, prelude_steps: int, device: torch.device) -> None:
+        self.stream = stream
+        self.prelude_steps = prelude_steps
+        self.device = device
+        self.counts = torch.zeros(4, len(stream.domains), device=device)  # right, seen; prelude's too
+        self._curve: list[torch.Tensor] = []
+        self.correct: np.ndarray | None = None
+        self.seen: np.ndarray | None = None
+
+    def add(self, index: int, a: int, b: int, hits: torch.Tensor) -> None:
+        """Score batch ``index``, the stream's rows ``a:b``, whose predictions hit or missed as ``hits``."""
+        counted = np.flatnonzero(self.stream.evaluated[a:b])  # known on the host: no question to the device
+        if not len(counted):
+            self._curve.append(torch.tensor(math.nan, device=self.device))
+            return
+        where = torch.from_numpy(counted).to(self.device, non_blocking=True)
+        domain = torch.from_numpy(self.stream.rows[a:b][counted, 0]).to(self.device, non_blocking=True)
+        right, total = self.counts[:2] if index >= self.prelude_steps else self.counts[2:]
+        right.index_add_(0, domain, hits[where])
+        total.index_add_(0, domain, torch.ones_like(hits[where]))
+        self._curve.append(hits[where].mean())
+
+    def frozen(self, adapter: Adapter | Relay, device: torch.device) -> None:
+        """The blind spot: only the frozen rows, scored by the adapted model after the stream, count."""
+        hits = frozen_hits(adapter.predict, self.stream, self.stream.frozen_rows, device)
+        self.counts[:2, 0] = torch.tensor([hits.sum(), len(hits)], device=self.counts.device)
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray]:
+        counts = self.counts[:2].cpu().double().numpy()  # whole counts: exact
+        return counts[0], counts[1]
+
+    @property
+    def prelude_accuracy(self) -> float:
+        return float(self.counts[2].sum() / self.counts[3].sum().clamp_min(1))
+
+    def curve(self) -> list[float]:
+        return torch.stack(self._curve).tolist() if self._curve else []
+
+
+def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1) -> Adapter | Relay:
     """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's."""
 
     def build(model: nn.Module, method: str, hparams: dict[str, Any]) -> Adapter:
         extras = _method_extras(method, spec)
         return zerosiam.adapt(
-            model, method, batch_size=batch_size, precision=spec.precision, **hparams, **extras
+            model,
+            method,
+            batch_size=batch_size,
+            precision=spec.precision,
+            streams=streams,
+            **hparams,
+            **extras,
         )
 
     if not spec.prelude:
@@ -284,15 +361,17 @@ class StreamBatches(torch.utils.data.Dataset):
 
 
 def _metrics(
-    stream: Stream, correct: np.ndarray, seen: np.ndarray, seconds: float, adapter, device: torch.device
+    score: _Score, seconds: float, steps: int, history: list[dict[str, Any]], device: torch.device
 ) -> dict[str, Any]:
+    stream = score.stream
+    correct, seen = score.totals()
     metrics = {
         "accuracy": float(correct.sum() / max(seen.sum(), 1)),
         "samples": int(seen.sum()),
         "seconds": seconds,
-        "steps": adapter.steps,
-        "updates": sum(bool(row.get("updated")) for row in adapter.history),
-        "recoveries": sum(bool(row.get("recovered")) for row in adapter.history),
+        "steps": steps,
+        "updates": sum(bool(row.get("updated")) for row in history),
+        "recoveries": sum(bool(row.get("recovered")) for row in history),
         "peak_rss_mb": peak_mb(),
     }
     if device.type == "cuda":
@@ -304,10 +383,10 @@ def _metrics(
     return metrics
 
 
-def _curves(adapter, accuracy_curve: list[float]) -> dict[str, list[float]]:
+def _curves(history: list[dict[str, Any]], accuracy_curve: list[float]) -> dict[str, list[float]]:
     curves = {"accuracy": accuracy_curve}
     for key in CURVE_KEYS:
-        values = [float(row.get(key, math.nan)) for row in adapter.history]
+        values = [float(row.get(key, math.nan)) for row in history]
         if not all(math.isnan(v) for v in values):
             curves[key] = values
     return curves
