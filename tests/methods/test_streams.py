@@ -8,6 +8,9 @@ import pytest
 import torch
 
 import zerosiam
+from zerosiam.parts import selection
+from zerosiam.parts.predictor import identity_drift
+from zerosiam.parts.recovery import ema_below
 from zerosiam.parts.streams import StreamNorms
 
 STREAMS = 3
@@ -18,15 +21,40 @@ def _streams_of_batches(steps: int = 6, per_stream: int = 2) -> torch.Tensor:
     return torch.rand(steps, STREAMS, per_stream, 3, 8, 8, generator=torch.Generator().manual_seed(3))
 
 
-@pytest.mark.parametrize(
-    "method, options",
-    [("tent", {}), ("zerosiam", {}), ("zerosiam", {"predictor": "random_learned"}), ("noadapt", {})],
-)
+METHODS = [
+    ("noadapt", {}),
+    ("tent", {}),
+    ("zerosiam", {}),
+    ("zerosiam", {"predictor": "random_learned"}),
+    ("sar", {}),
+    ("sar", {"recover": ema_below(0.6)}),  # a floor this high resets some streams, at their own times
+    ("eta", {}),
+    ("eata", {"clean_data": [torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))]}),
+    ("deyo", {}),
+    ("come", {}),
+    ("deyo+zerosiam", {}),
+    ("eata+zerosiam", {"clean_data": [torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))]}),
+]
+
+
+@pytest.fixture
+def confident_gn(tiny_gn, monkeypatch):
+    """TinyGN with sharp logits, so that entropy filters keep some samples and drop others; DeYO's patch
+    shuffle made deterministic (the colour channels reversed), so that stacked and lone streams see the
+    same second view (a random shuffle draws differently for a stacked batch)."""
+    with torch.no_grad():
+        tiny_gn.fc.weight.mul_(8.0)
+    monkeypatch.setattr(selection, "shuffle_patches", lambda x, grid=4, permutation=None: x.flip(1))
+    return tiny_gn
+
+
+@pytest.mark.parametrize("method, options", METHODS, ids=lambda v: v if isinstance(v, str) else "")
 @pytest.mark.parametrize("per_stream", [1, 2])
-def test_stacked_streams_adapt_as_separate_adapters(tiny_gn, method, options, per_stream):
-    data = _streams_of_batches(per_stream=per_stream)
-    alone = [zerosiam.adapt(copy.deepcopy(tiny_gn), method, lr=0.5, predictor_lr=0.5, **options) for _ in range(STREAMS)]
-    stacked = zerosiam.adapt(tiny_gn, method, lr=0.5, predictor_lr=0.5, streams=STREAMS, **options)
+def test_stacked_streams_adapt_as_separate_adapters(confident_gn, method, options, per_stream):
+    data = _streams_of_batches(steps=8, per_stream=per_stream)
+    rates = {"lr": 0.1, "predictor_lr": 0.1}
+    alone = [zerosiam.adapt(copy.deepcopy(confident_gn), method, **rates, **options) for _ in range(STREAMS)]
+    stacked = zerosiam.adapt(confident_gn, method, **rates, streams=STREAMS, **options)
     for batch in data:
         expected = torch.cat([adapter(batch[s]) for s, adapter in enumerate(alone)])
         torch.testing.assert_close(stacked(batch.flatten(0, 1)), expected, rtol=1e-4, atol=1e-5)
@@ -38,10 +66,42 @@ def test_stacked_streams_adapt_as_separate_adapters(tiny_gn, method, options, pe
             if isinstance(value, float):
                 expected = pytest.approx(expected, rel=1e-4, abs=1e-5, nan_ok=True)
             assert [row[key] for row in mine] == expected, key
-    if method != "noadapt":  # the streams did move, and apart from each other
-        moved = stacked.params["gn.weight"]
-        assert not torch.equal(moved[0], moved[1])
-        torch.testing.assert_close(moved[1], alone[1].params["gn.weight"], rtol=1e-4, atol=1e-5)
+    for name, moved in getattr(stacked, "params", {}).items():  # each stream's weights are its own
+        for s, adapter in enumerate(alone):
+            torch.testing.assert_close(moved[s], adapter.params[name], rtol=1e-4, atol=1e-5)
+    if method != "noadapt":
+        assert any(any(row["updated"]) for row in stacked.history)
+
+
+@pytest.mark.parametrize("method, key", [("sar", "updated"), ("deyo", "updated"), ("sar", "recovered")])
+def test_streams_of_the_exactness_test_part_ways(confident_gn, method, key):
+    """The exactness test above means something for the filtering methods only if their streams differ:
+    in some step one stream updates (or recovers) and another does not; SAR also holds back a stream
+    whose first pass kept a sample and whose second pass kept none."""
+    options = {"recover": ema_below(0.6)} if key == "recovered" else {}
+    stacked = zerosiam.adapt(confident_gn, method, lr=0.1, streams=STREAMS, **options)
+    for batch in _streams_of_batches(steps=8, per_stream=1):
+        stacked(batch.flatten(0, 1))
+    flags = [row[key] for row in stacked.history]
+    assert any(any(row) and not all(row) for row in flags)
+    if method == "sar" and key == "updated":
+        reasons = [reason for row in stacked.history for reason in row["skipped"]]
+        assert "no sample selected at the perturbed weights" in reasons
+
+
+def test_a_collapsed_stream_is_reset_alone(tiny_gn, images):
+    adapter = zerosiam.adapt(tiny_gn, "zerosiam", lr=0.5, predictor_lr=0.5, streams=3)
+    adapter(images)
+    adapter(images)
+    moved = {name: p.detach().clone() for name, p in adapter.params.items()}
+    drift = [float(v) for v in identity_drift(adapter.predictor)]
+    adapter.restore_source(torch.tensor([False, True, False]))
+    for name, param in adapter.params.items():
+        torch.testing.assert_close(param[1], adapter._source[name][1])
+        torch.testing.assert_close(param[[0, 2]], moved[name][[0, 2]])
+    assert [float(v) for v in identity_drift(adapter.predictor)] == [drift[0], 0.0, drift[2]]
+    momentum = adapter.optimizer.state[adapter.params["gn.weight"]]["momentum_buffer"]
+    assert torch.all(momentum[1] == 0) and torch.any(momentum[0] != 0)
 
 
 def test_release_gives_back_the_source_model_untouched(tiny_gn, images):
@@ -60,9 +120,6 @@ def test_release_gives_back_the_source_model_untouched(tiny_gn, images):
 
 
 def test_what_cannot_stack_is_refused_in_one_line(tiny_gn, tiny_bn, images):
-    for method in ("sar", "eta", "deyo"):
-        with pytest.raises(ValueError, match=f"method '{method}' does not stack over streams"):
-            zerosiam.adapt(copy.deepcopy(tiny_gn), method, streams=2)
     with pytest.raises(ValueError, match="BatchNorm layer"):
         zerosiam.adapt(tiny_bn, "tent", streams=2)
     with pytest.raises(ValueError, match="does not stack over streams; use a linear one"):
@@ -87,7 +144,9 @@ def test_stream_norms_scale_each_stream_by_its_own_copy(tiny_gn, images):
     stacked_gn, stacked_ln = tiny_gn.gn(x), tiny_gn.norm(x.mean((2, 3)))
     norms.restore()
     gn, ln = tiny_gn.gn, tiny_gn.norm
-    expected_gn = torch.cat([gn(x[:2]), (gn(x[2:]) - gn.bias.view(1, -1, 1, 1)) * 2 + gn.bias.view(1, -1, 1, 1)])
+    expected_gn = torch.cat(
+        [gn(x[:2]), (gn(x[2:]) - gn.bias.view(1, -1, 1, 1)) * 2 + gn.bias.view(1, -1, 1, 1)]
+    )
     torch.testing.assert_close(stacked_gn, expected_gn)
     expected_ln = torch.cat([ln(x[:2].mean((2, 3))) + 1.0, ln(x[2:].mean((2, 3)))])
     torch.testing.assert_close(stacked_ln, expected_ln)

@@ -59,7 +59,9 @@ def test_sam_second_pass_is_restricted_to_the_first_selection():
         loss.backward()
         return True
 
-    adapter = SimpleNamespace(trainable=[weight], optimizer=optimizer, _skipped=None, backward=backward)
+    adapter = SimpleNamespace(
+        trainable=[weight], optimizer=optimizer, streams=1, _skipped=None, backward=backward
+    )
     evaluations = sam(0.05)(adapter, closure)
     assert calls[0] is None and torch.equal(calls[1], first_mask)
     assert evaluations[1].selected == 1

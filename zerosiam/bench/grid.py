@@ -29,6 +29,7 @@ from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_defer
 from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.methods import get_recipe, options_of
 from zerosiam.parts.precision import PRECISIONS
+from zerosiam.parts.streams import STACKED_PREDICTORS
 from zerosiam.protocols import MIXED, PROTOCOLS
 from zerosiam.zoo import MODELS, model_info
 from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
@@ -273,7 +274,7 @@ def _attempt(task: Task, threads: int, device: str) -> list[Outcome]:
 
 def tasks_of(specs: list[RunSpec], stack: bool, most: int = 15) -> list[Task]:
     """The runs as worker tasks: one run each, or with ``stack``, up to ``most`` batch-size-1 runs that
-    differ only in their corruption in one task (methods that stack: Tent, ZeroSiam, NoAdapt, ...)."""
+    differ only in their corruption in one task."""
     groups: dict[str, Task] = {}
     tasks: list[Task] = []
     for spec in specs:
@@ -292,8 +293,13 @@ def tasks_of(specs: list[RunSpec], stack: bool, most: int = 15) -> list[Task]:
 
 
 def _stacks(spec: RunSpec) -> bool:
-    recipe = get_recipe(spec.method)
-    return spec.protocol in STACKED_PROTOCOLS and not spec.prelude and (recipe.stacks or not recipe.adapts)
+    """Whether the run may share an adapter with its other corruptions: a batch-size-1 protocol, no
+    prelude and a predictor that stacks (the MLP does not)."""
+    return (
+        spec.protocol in STACKED_PROTOCOLS
+        and not spec.prelude
+        and spec.hparams.get("predictor", "identity") in STACKED_PREDICTORS
+    )
 
 
 def prepare_data(specs: Iterable[RunSpec]) -> None:

@@ -146,8 +146,8 @@ def adapt(
     that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     ``diagnostics=False`` records only the step counts, not the per-step collapse indicators.
     ``streams=B`` adapts B independent streams in one forward, each batch holding ``batch_size`` samples
-    of every stream, stream-major (Tent, ZeroSiam and recipes without selection, on GroupNorm/LayerNorm
-    models; ``zerosiam.parts.streams``).
+    of every stream, stream-major, each stream as if it ran alone (GroupNorm/LayerNorm models, linear
+    predictors; ``zerosiam.parts.streams``).
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if not (math.isfinite(lr_scale) and lr_scale > 0):

@@ -23,14 +23,21 @@ import torch
 from torch import Tensor, nn
 
 from zerosiam.methods.recipe import Recipe
-from zerosiam.parts.contract import Batch, Evaluation
+from zerosiam.parts.contract import Batch, Closure, Evaluation, Recovery, Step
 from zerosiam.parts.learner import GradientLearner, keyword_options
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.precision import forward_precision, tensor_cores
 from zerosiam.parts.predictor import build_predictor, identity_drift
 from zerosiam.parts.split import FeatureTap
-from zerosiam.parts.streams import StreamNorms, check_streams, stack_predictor
+from zerosiam.parts.streams import (
+    HeldRows,
+    StreamNorms,
+    check_streams,
+    put_rows,
+    stack_predictor,
+    zero_momentum_rows,
+)
 
 
 class NonFiniteInputError(ValueError):
@@ -60,13 +67,8 @@ class Adapter(GradientLearner):
         extras: dict[str, Any] | None = None,
         streams: int = 1,
     ) -> None:
-        if check_streams(streams) > 1 and not recipe.stacks:
-            raise ValueError(
-                f"method {recipe.name!r} does not stack over streams (it selects samples, regularizes, "
-                "recovers or takes SAM steps); run its streams one by one"
-            )
         self.model = model
-        self.streams = streams
+        self.streams = check_streams(streams)
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
         self.settings = settings
         self._history: list[dict[str, Any]] = []
@@ -78,18 +80,18 @@ class Adapter(GradientLearner):
         if not recipe.adapts:
             model.eval()
             return
-        self._stream_norms = None
-        if streams > 1:
-            self._stream_norms = StreamNorms(model, recipe.params.modules(model), streams)
-            self.params = self._stream_norms.params
-        else:
-            self.params = dict(recipe.params.parameters(model))
+        self.params = dict(recipe.params.parameters(model))
         model.requires_grad_(False)
         model.eval()
         for param in self.params.values():
             param.requires_grad_(True)
         self._batch_stats = BatchStatistics(model)
         self._tap = FeatureTap(model, head) if recipe.asymmetry else None
+        self.prepare_parts(extras or {})  # on the source model as it runs at test time, before any stacking
+        self._stream_norms = None
+        if streams > 1:
+            self._stream_norms = StreamNorms(model, recipe.params.modules(model), streams)
+            self.params = self._stream_norms.params
         self._source = {name: p.detach().clone() for name, p in self.params.items()}
         self.optimizer = torch.optim.SGD(
             [{"params": list(self.params.values()), "lr": settings.lr, "name": "norms"}],
@@ -100,7 +102,6 @@ class Adapter(GradientLearner):
             self._add_predictor(self._tap.feature_dim)
         else:
             self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
-        self.prepare_parts(extras or {})
 
     # --- the online loop -------------------------------------------------------------------------
     def __call__(self, x: Tensor) -> Tensor:
@@ -122,6 +123,26 @@ class Adapter(GradientLearner):
         first = evaluations[0]
         self._record(first.batch.target.detach(), evaluations, recovered=recovered)
         return first.batch.target.detach()
+
+    def take_step(
+        self, step: Step, recover: Recovery | None, closure: Closure
+    ) -> tuple[list[Evaluation], bool | Tensor]:
+        """One step, as ``GradientLearner.take_step``; with stacked streams, each stream as if it ran
+        alone: a stream whose last evaluation kept no sample does not move (nor does its momentum), and
+        the recovery decides, and restores, stream by stream (``recovered`` is then one flag per stream)."""
+        if self.streams == 1:
+            return super().take_step(step, recover, closure)
+        self._skipped, self._held = None, []
+        held = HeldRows(self.optimizer) if self.recipe.select else None  # unfiltered: every stream moves
+        with torch.enable_grad():
+            evaluations = step(self, closure)
+        if held is not None:
+            held.put_back(~self._by_stream(evaluations[-1].mask).any(-1))
+        if recover is None:
+            return evaluations, False
+        collapsed = recover(evaluations)
+        self.restore_source(collapsed)
+        return evaluations, collapsed
 
     def predict(self, x: Tensor) -> Tensor:
         """The prediction for ``x`` from the current weights, with no adaptation step and no record: for
@@ -182,9 +203,13 @@ class Adapter(GradientLearner):
         self._initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
 
     # --- state -------------------------------------------------------------------------------------
-    def restore_source(self) -> None:
-        """Source weights, identity predictor and a fresh optimizer; the adapter's own record is kept."""
+    def restore_source(self, streams: Tensor | None = None) -> None:
+        """Source weights, identity predictor and a fresh optimizer; the adapter's own record is kept.
+        ``streams`` (one flag per stacked stream) restores only the marked streams."""
         if not self.recipe.adapts:
+            return
+        if streams is not None:
+            self._restore_streams(streams)
             return
         with torch.no_grad():
             for name, param in self.params.items():
@@ -192,6 +217,14 @@ class Adapter(GradientLearner):
         if self.predictor is not None:
             self.predictor.load_state_dict(self._predictor_source)
         self.optimizer.load_state_dict(copy.deepcopy(self._initial_optimizer))
+
+    def _restore_streams(self, streams: Tensor) -> None:
+        for name, param in self.params.items():
+            put_rows(param, self._source[name], streams)
+        if self.predictor is not None:
+            for name, param in self.predictor.named_parameters():
+                put_rows(param, self._predictor_source[name].to(param.device), streams)
+        zero_momentum_rows(self.optimizer, streams)
 
     def reset(self) -> None:
         """Back to the source model exactly: weights, predictor, optimizer and every rule's state."""
@@ -289,13 +322,13 @@ class Adapter(GradientLearner):
             first = evaluations[0]
             if self.settings.diagnostics:
                 row.update(first.terms)
-            if self.streams > 1:
+            if self.streams > 1:  # a stream moved if its last evaluation (SAM's second) kept a sample
                 row["selected"] = self._by_stream(first.mask).sum(-1)
-                row["updated"] = self._by_stream(first.mask).any(-1) & (self.skipped is None)
+                row["updated"] = self._by_stream(evaluations[-1].mask).any(-1) & (self.skipped is None)
             else:
                 row["selected"] = first.mask.sum() if first.filtered else first.mask.numel()
                 row["updated"] = first.mask.any() if self.skipped is None else False
-            row["skipped"] = self.skipped
+            row["skipped"] = self.skipped if self.streams == 1 else self._skips_by_stream()
             row["recovered"] = recovered
         else:
             row["updated"] = bool(updated)
@@ -311,6 +344,17 @@ class Adapter(GradientLearner):
     def _per_stream(self, values: Tensor) -> Tensor:
         """One value per stream, or a single one when there is one stream."""
         return values if self.streams > 1 else values.squeeze(0)
+
+    def _skips_by_stream(self) -> list[str | None]:
+        """Why each stacked stream did not move in this step: the step's reason, or the reason it held
+        the stream back for, or None."""
+        if self.skipped is not None:
+            return [self.skipped] * self.streams
+        reasons: list[str | None] = [None] * self.streams
+        for reason, marked in self._held:
+            for stream in torch.nonzero(marked).flatten().tolist():
+                reasons[stream] = reasons[stream] or reason
+        return reasons
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -357,7 +401,7 @@ def prepare_options(recipe: Recipe) -> set[str]:
     return options
 
 
-_AS_PYTHON = {"selected": int, "updated": bool}  # diagnostics that are not real numbers
+_AS_PYTHON = {"selected": int, "updated": bool, "recovered": bool}  # diagnostics that are not real numbers
 
 
 def _check_input(x: Tensor) -> None:

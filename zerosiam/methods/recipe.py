@@ -76,14 +76,6 @@ class Recipe:
     def with_(self, **changes) -> Recipe:
         return dataclasses.replace(self, **changes)
 
-    @property
-    def stacks(self) -> bool:
-        """Whether independent streams of this recipe can share one forward (``Adapter(streams=B)``):
-        each stream's loss must depend on its own samples only and every step must move every stream,
-        so no selection (a stream with no sample kept must not step), no regularizer over all the
-        weights, no recovery and no SAM (its perturbation is normalized over all the weights)."""
-        return not (self.select or self.regularizer or self.recover) and self.step is plain_step
-
     def per_sample_objective(self, batch: Batch) -> Tensor:
         """The objective of every sample of ``batch`` (a named or callable loss of the logits, or an
         objective that reads more of the batch)."""
@@ -130,21 +122,24 @@ class Recipe:
             terms["divergence"] = _masked_mean(alignment.detach(), mask, batch.streams)
             per_sample = per_sample + alignment
         if batch.streams > 1:  # each stream's own mean, summed: every stream gets its own gradient
-            per_stream = per_sample.view(batch.streams, -1).mean(1)
-            terms["loss"] = per_stream.detach()
-            return Evaluation(per_stream.sum(), mask, batch, terms, filtered)
-        if not filtered:  # every sample counts: no need to ask the device whether any does
+            kept = mask.view(batch.streams, -1)
+            rows = torch.where(kept, per_sample.view(batch.streams, -1), 0.0)
+            per_stream = rows.sum(1) / kept.sum(1).clamp_min(1)  # a stream that kept nothing adds 0
+            loss = per_stream.sum()
+        elif not filtered:  # every sample counts: no need to ask the device whether any does
             loss = per_sample.mean()
         else:
             loss = per_sample[mask].mean() if mask.any() else per_sample.sum() * 0.0
         if self.regularizer is not None:
-            regularization = self.regularizer(batch.learner)
+            regularization = self.regularizer(batch.learner)  # one per stream for stacked streams
             terms["regularizer"] = regularization.detach()
-            loss = loss + regularization
+            loss = loss + regularization.sum()
+            if batch.streams > 1:
+                per_stream = per_stream + regularization
         for rule in self.select:
             if hasattr(rule, "observe"):
                 rule.observe(batch, mask)
-        terms["loss"] = loss.detach()
+        terms["loss"] = per_stream.detach() if batch.streams > 1 else loss.detach()
         return Evaluation(loss, mask, batch, terms, filtered)
 
 

@@ -30,11 +30,14 @@ class Learner(Protocol):
     ``params`` are the adapted weights by name (norm affine parameters of an image model, LoRA weights of
     a language model); ``trainable`` is everything the optimizer moves (``params`` and ZeroSiam's
     predictor). ``backward`` leaves finite gradients or none; ``skip`` records why a step did not move.
+    ``streams`` is how many independent streams each batch stacks; each weight then has one row per
+    stream, stream first.
     """
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     params: dict[str, nn.Parameter]
+    streams: int
 
     @property
     def trainable(self) -> list[nn.Parameter]: ...
@@ -44,6 +47,8 @@ class Learner(Protocol):
     def descend(self, loss: Tensor) -> bool: ...
 
     def skip(self, reason: str) -> None: ...
+
+    def hold(self, reason: str, streams: Tensor) -> None: ...
 
     @property
     def skipped(self) -> str | None: ...
@@ -118,7 +123,7 @@ class BatchObjective(Protocol):
 
 
 Weighting = Callable[[Batch], Tensor]
-Regularizer = Callable[[Learner], Tensor]
+Regularizer = Callable[[Learner], Tensor]  # a scalar; one per stream for a learner of stacked streams
 Closure = Callable[..., Evaluation]
 
 

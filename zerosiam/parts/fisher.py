@@ -61,7 +61,8 @@ def estimate_fisher(
 
 
 class FisherPenalty:
-    """The regularizer ``β Σ F (θ − θ0)²`` over the adapter's norm parameters (not ZeroSiam's predictor).
+    """The regularizer ``β Σ F (θ − θ0)²`` over the adapter's norm parameters (not ZeroSiam's predictor);
+    one per stream for stacked streams.
 
     ``prepare`` estimates F on the user's clean data once the adapter has configured the model (BatchNorm
     on batch statistics, as at test time) and anchors θ0 at the source weights. F is a property of the
@@ -88,8 +89,17 @@ class FisherPenalty:
             raise MissingCleanDataError(
                 "the Fisher regularizer was not prepared; build the adapter with clean_data="
             )
-        terms = [(self.fisher[n] * (p - self.anchor[n]).pow(2)).sum() for n, p in learner.params.items()]
-        return self.weight * torch.stack(terms).sum()
+        terms = [
+            _sum_per_stream(self.fisher[n] * (p - self.anchor[n]).pow(2), learner.streams)
+            for n, p in learner.params.items()
+        ]
+        return self.weight * torch.stack(terms).sum(0)
+
+
+def _sum_per_stream(values: Tensor, streams: int) -> Tensor:
+    """The sum of ``values``, one per stream when the learner stacks several (the anchor and F, which the
+    streams share, broadcast over the stacked parameters' stream dimension)."""
+    return values.sum() if streams == 1 else values.flatten(1).sum(1)
 
 
 def fisher(weight: float = 2000.0) -> FisherPenalty:  # methods.md: EATA β = 2000

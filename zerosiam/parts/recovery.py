@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from zerosiam.parts.contract import Evaluation
 
 
@@ -25,17 +28,33 @@ class EmaBelow:
     def __init__(self, floor: float = 0.2, momentum: float = 0.9) -> None:  # methods.md: SAR code
         self.floor = floor
         self.momentum = momentum
-        self.ema: float | None = None
+        self.ema: float | list[float | None] | None = None  # one per stream for stacked streams
 
-    def __call__(self, evaluations: list[Evaluation]) -> bool:
+    def __call__(self, evaluations: list[Evaluation]) -> bool | Tensor:
         last = evaluations[-1]
-        value = float(last.terms.get("objective", math.nan))
+        objective = last.terms.get("objective", math.nan)
+        if torch.is_tensor(objective) and objective.ndim == 1:  # stacked streams: one per stream
+            return self._per_stream(objective)
+        value = float(objective)
         if last.selected and math.isfinite(value):
-            self.ema = value if self.ema is None else self.momentum * self.ema + (1 - self.momentum) * value
+            self.ema = self._follow(self.ema, value)
         if self.ema is not None and self.ema < self.floor:
             self.ema = None
             return True
         return False
+
+    def _follow(self, ema: float | None, value: float) -> float:
+        return value if ema is None else self.momentum * ema + (1 - self.momentum) * value
+
+    def _per_stream(self, objective: Tensor) -> Tensor:
+        """Stacked streams: one average per stream (a stream that kept nothing has a NaN objective and
+        leaves its own unchanged); the flags of the streams to reset."""
+        values = objective.tolist()
+        emas = self.ema if isinstance(self.ema, list) else [None] * len(values)
+        emas = [e if not math.isfinite(v) else self._follow(e, v) for e, v in zip(emas, values, strict=True)]
+        collapsed = [e is not None and e < self.floor for e in emas]
+        self.ema = [None if c else e for e, c in zip(emas, collapsed, strict=True)]
+        return torch.tensor(collapsed, device=objective.device)
 
     def reset(self) -> None:
         self.ema = None

@@ -19,21 +19,27 @@ from torch import Tensor, nn
 from zerosiam.parts.contract import Closure, Evaluation, Learner
 
 
-def ascend(params: list[nn.Parameter], rho: float) -> list[Tensor]:
+def ascend(params: list[nn.Parameter], rho: float, streams: int = 1) -> list[Tensor]:
     """Move every parameter by e = ρ·g/‖g‖ (global L2 norm of all gradients) and return the moves.
 
     Parameters without a gradient do not move. The 1e-12 keeps a zero gradient from dividing by zero
-    (SAR's code uses the same guard).
+    (SAR's code uses the same guard). With stacked streams (every parameter stream first) the norm is
+    each stream's own.
     """
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return [torch.zeros_like(p) for p in params]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    if streams == 1:
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    else:
+        per_stream = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]
+        norm = torch.linalg.vector_norm(torch.stack(per_stream), dim=0)
     scale = rho / (norm + 1e-12)
     moves = []
     with torch.no_grad():
         for p in params:
-            move = p.grad * scale if p.grad is not None else torch.zeros_like(p)
+            factor = scale if streams == 1 else scale.view(-1, *[1] * (p.ndim - 1))
+            move = p.grad * factor if p.grad is not None else torch.zeros_like(p)
             p.add_(move)
             moves.append(move)
     return moves
@@ -46,13 +52,21 @@ def descend_back(params: list[nn.Parameter], moves: list[Tensor]) -> None:
             p.sub_(move)
 
 
+NONE_AT_THE_PERTURBED_WEIGHTS = "no sample selected at the perturbed weights"
+
+
+def _any_by_stream(mask: Tensor, streams: int) -> Tensor:
+    return mask.view(streams, -1).any(-1)
+
+
 @dataclass(frozen=True)
 class SAM:
     """The two-pass step: gradient at θ, ascent to θ + e, gradient there, back to θ, optimizer step.
 
     Nothing moves when the first pass selects no sample or its gradient is not finite, and the
     optimizer does not step when the second pass selects none (SAR's code would still apply its
-    momentum there; skipping keeps "no reliable sample, no update" true for every recipe).
+    momentum there; skipping keeps "no reliable sample, no update" true for every recipe). With stacked
+    streams the learner holds back, stream by stream, those whose second pass kept nothing.
     """
 
     rho: float = 0.05  # methods.md: SAR code, ρ = 0.05
@@ -64,7 +78,7 @@ class SAM:
         if not learner.backward(first.loss):
             return [first]
         params = learner.trainable
-        moves = ascend(params, self.rho)
+        moves = ascend(params, self.rho, learner.streams)
         try:
             second = closure(restrict=first.mask)
             ready = second.selected > 0 and learner.backward(second.loss)
@@ -72,8 +86,12 @@ class SAM:
             descend_back(params, moves)
         if ready:
             learner.optimizer.step()
-        else:
-            learner.skip("no sample selected at the perturbed weights")
+        if learner.streams > 1:  # the learner puts back the streams whose second pass kept none
+            streams = learner.streams
+            held = _any_by_stream(first.mask, streams) & ~_any_by_stream(second.mask, streams)
+            learner.hold(NONE_AT_THE_PERTURBED_WEIGHTS, held)
+        elif not ready:
+            learner.skip(NONE_AT_THE_PERTURBED_WEIGHTS)
         learner.optimizer.zero_grad(set_to_none=True)
         return [first, second]
 

@@ -108,11 +108,18 @@ class NotRedundant:
         if self.mean is None:
             return torch.ones(batch.logits.shape[0], dtype=torch.bool, device=batch.logits.device)
         probabilities = batch.logits.detach().softmax(-1)
-        cosine = F.cosine_similarity(probabilities, self.mean.unsqueeze(0), dim=-1)
         epsilon = self.epsilon if self.epsilon is not None else redundancy_epsilon(probabilities.shape[-1])
+        if batch.streams > 1:  # each stream against its own mean; a stream with none yet keeps all
+            by_stream = probabilities.view(batch.streams, -1, probabilities.shape[-1])
+            cosine = F.cosine_similarity(by_stream, self.mean.unsqueeze(1), dim=-1)
+            return (self.mean.isnan().any(-1, keepdim=True) | (cosine.abs() < epsilon)).flatten()
+        cosine = F.cosine_similarity(probabilities, self.mean.unsqueeze(0), dim=-1)
         return cosine.abs() < epsilon
 
     def observe(self, batch: Batch, mask: Tensor) -> None:
+        if batch.streams > 1:
+            self._observe_streams(batch, mask)
+            return
         if not mask.any():
             return
         current = batch.logits.detach()[mask].softmax(-1).mean(0)
@@ -120,6 +127,17 @@ class NotRedundant:
             self.mean = current
         else:
             self.mean = self.momentum * self.mean + (1 - self.momentum) * current
+
+    def _observe_streams(self, batch: Batch, mask: Tensor) -> None:
+        """Stacked streams: one mean per stream, a NaN row until the stream first keeps a sample."""
+        probabilities = batch.logits.detach().softmax(-1)
+        probabilities = probabilities.view(batch.streams, -1, probabilities.shape[-1])
+        kept = mask.view(batch.streams, -1, 1)
+        count = kept.sum(1)
+        current = torch.where(kept, probabilities, 0.0).sum(1) / count  # NaN where nothing was kept
+        mean = self.mean if self.mean is not None else torch.full_like(current, math.nan)
+        followed = torch.where(mean.isnan(), current, self.momentum * mean + (1 - self.momentum) * current)
+        self.mean = torch.where(count > 0, followed, mean)
 
     def reset(self) -> None:
         self.mean = None
@@ -174,12 +192,15 @@ def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tens
     kept = batch.kept if batch.kept is not None else torch.ones_like(batch.entropy, dtype=torch.bool)
     difference = torch.full_like(batch.entropy, float("nan"))
     if kept.any():
-        probabilities = batch.target.detach()[kept].softmax(-1)
+        # stacked streams: the model takes every stream's rows, so the view is made of all of them
+        seen = kept if batch.streams == 1 else torch.ones_like(kept)
+        probabilities = batch.target.detach()[seen].softmax(-1)
         label = probabilities.argmax(-1, keepdim=True)
-        chosen = permutation[kept] if permutation is not None else None
+        chosen = permutation[seen] if permutation is not None else None
         with torch.no_grad():
-            shuffled = batch.learner.model(shuffle_patches(batch.x[kept], grid, chosen)).softmax(-1)
-        difference[kept] = (probabilities.gather(-1, label) - shuffled.gather(-1, label)).squeeze(-1)
+            shuffled = batch.learner.model(shuffle_patches(batch.x[seen], grid, chosen)).softmax(-1)
+        difference[seen] = (probabilities.gather(-1, label) - shuffled.gather(-1, label)).squeeze(-1)
+        difference[~kept] = math.nan
     batch.cache["plpd"] = difference
     return difference
 

@@ -8,6 +8,13 @@ alone (GroupNorm and LayerNorm do; BatchNorm would mix the streams and is refuse
 its own stream's affine parameters, kept as one ``[B, ...]`` tensor. A loss summed over the streams then
 gives every stream exactly its own gradient, and an element-wise optimizer (SGD with momentum) moves
 every stream as if it ran alone.
+
+What a method does per stream, it does here per stream too: the loss is each stream's mean over the
+samples it kept; a stream that kept none does not step (``HeldRows`` puts its weights and momentum
+back); SAM's perturbation is normalized per stream; EATA's redundancy filter keeps a mean per stream
+and its Fisher penalty is summed per stream; SAR's recovery averages and resets each stream alone
+(``put_rows``). The one difference: DeYO's shuffled view is drawn for all of a step's samples at once,
+so its random patch orders differ from a lone stream's (the same law, other draws).
 """
 
 from __future__ import annotations
@@ -114,11 +121,56 @@ class StackedLinear(nn.Module):
         return torch.bmm(by_stream, self.weight.transpose(1, 2)).reshape(-1, out_features)
 
 
+STACKED_PREDICTORS = ("identity", "random", "random_learned")  # the linear ones
+
+
 def stack_predictor(predictor: nn.Module, streams: int) -> nn.Module:
-    """``predictor`` once per stream; only bias-free linear predictors (identity, random) stack."""
+    """``predictor`` once per stream; only bias-free linear predictors (``STACKED_PREDICTORS``) stack."""
     if not isinstance(predictor, nn.Linear) or predictor.bias is not None:
         raise ValueError(
             f"a {type(predictor).__name__} predictor does not stack over streams; use a linear one "
             "(identity, random, random_learned)"
         )
     return StackedLinear(predictor, streams)
+
+
+def put_rows(target: Tensor, source: Tensor | float, streams: Tensor) -> None:
+    """Overwrite the rows of ``target`` (stream-first) of the streams marked in ``streams`` by ``source``."""
+    rows = streams.view(-1, *[1] * (target.ndim - 1))
+    with torch.no_grad():
+        target.copy_(torch.where(rows, source, target))
+
+
+class HeldRows:
+    """The optimizer's tensors (parameters and momentum) as they were before a step, so that the streams
+    that must not move (no sample selected) can be put back after it: a stream that ran alone would have
+    skipped the step, momentum included."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.saved = [
+            (p, p.detach().clone(), _momentum(optimizer, p))
+            for group in optimizer.param_groups
+            for p in group["params"]
+        ]
+
+    def put_back(self, streams: Tensor) -> None:
+        for param, value, momentum in self.saved:
+            put_rows(param, value, streams)
+            now = _momentum(self.optimizer, param, clone=False)
+            if now is not None:  # a buffer born in this step starts, for the held streams, at zero
+                put_rows(now, momentum if momentum is not None else 0.0, streams)
+
+
+def _momentum(optimizer: torch.optim.Optimizer, param: Tensor, clone: bool = True) -> Tensor | None:
+    buffer = optimizer.state.get(param, {}).get("momentum_buffer")
+    return buffer.detach().clone() if clone and buffer is not None else buffer
+
+
+def zero_momentum_rows(optimizer: torch.optim.Optimizer, streams: Tensor) -> None:
+    """Fresh optimizer state for the marked streams (a zero momentum is what no momentum does)."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            buffer = _momentum(optimizer, param, clone=False)
+            if buffer is not None:
+                put_rows(buffer, 0.0, streams)
