@@ -8,7 +8,8 @@
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
 # chooses every method's rates with `zerosiam select-lr` on the 4 extra corruptions (one command per
 # model, side by side; runs already stored are not redone), then runs the grids of docs/results/grids/
-# with those rates, in the order below. Each step gets what is left of the deadline and is stopped with
+# with those rates, in the order below (batch-size-1 runs stacked as streams: `bench --stack`). Each step
+# gets what is left of the deadline and is stopped with
 # SIGTERM when it runs out: the store keeps every finished run, and the same command resumes. At the end
 # $OUT holds the store with the figures' curves only (benchmarks/study_export.py), gzipped in 15 MB
 # parts, and the logs; merge it with `python benchmarks/study_export.py study.db docs/results/study.db`.
@@ -46,9 +47,9 @@ select_rates() {  # select_rates MODEL METHODS WORKERS: the rates of METHODS on 
     --db "$db" --workers "$3" --device "$device" ${LIMIT:+--limit $LIMIT}
 }
 
-bench() {  # bench GRID: one grid file of docs/results/grids with the selected rates
+bench() {  # bench GRID: one grid file of docs/results/grids with the selected rates, batch-1 runs stacked
   python -m zerosiam bench --grid "docs/results/grids/$1.yaml" --db "$db" --device "$device" \
-    --workers "$workers" --no-report ${LIMIT:+--limit $LIMIT}
+    --workers "$workers" --no-report --stack ${LIMIT:+--limit $LIMIT}
 }
 
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 15 \
@@ -68,8 +69,9 @@ select_rates convnext_nano_ln $baselines $per &
 select_rates resnet20 $baselines $per &
 wait"
 
-for grid in ${GRIDS:-label_shift label_shift_seeds mild_mixed ablation_compositions ablation_predictor \
-    ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective batch1 blind_spot}; do
+# what the 2-core machine cannot do first: the batch-1 tables (stacked: 15 corruptions per process)
+for grid in ${GRIDS:-label_shift batch1 blind_spot mild_mixed label_shift_seeds ablation_compositions \
+    ablation_predictor ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective}; do
   step "$grid" "bench $grid"
 done
 python benchmarks/study_export.py "$db" "$out/study.db"

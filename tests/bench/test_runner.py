@@ -105,7 +105,8 @@ def test_a_prelude_is_checked_and_an_empty_one_keeps_old_run_ids():
 
 
 @pytest.mark.parametrize(
-    "protocol, method", [("bs1", "zerosiam"), ("label_shift_bs1", "zerosiam"), ("bs1", "sar")]
+    "protocol, method",
+    [("bs1", "zerosiam"), ("label_shift_bs1", "zerosiam"), ("bs1", "sar"), ("blind_spot", "tent")],
 )
 def test_stacked_runs_give_each_run_what_it_gets_alone(fake_domains, tiny_model, protocol, method):
     """Three corruptions as three streams of one adapter: every run's accuracy, counts and curves are
@@ -132,7 +133,9 @@ def test_runs_that_cannot_share_an_adapter_are_refused(fake_domains, tiny_model)
     with pytest.raises(ValueError, match=r"differ in their corruption only, not in \['method'\]"):
         runner.run_stacked([fog, dataclasses.replace(snow, method="zerosiam")])
     with pytest.raises(ValueError, match="do not stack"):
-        runner.run_stacked([dataclasses.replace(s, protocol="blind_spot") for s in (fog, snow)])
+        runner.run_stacked(
+            [dataclasses.replace(s, prelude={"method": "tent", "steps": 2}) for s in (fog, snow)]
+        )
     mlp = {"predictor": "mlp"}
     with pytest.raises(ValueError, match="MLPPredictor predictor does not stack"):
         runner.run_stacked([dataclasses.replace(s, method="zerosiam", hparams=mlp) for s in (fog, snow)])

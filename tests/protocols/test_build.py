@@ -137,3 +137,20 @@ def test_frozen_hits_and_gather_batch_follow_the_rows() -> None:
         lambda batch: torch.nn.functional.one_hot(torch.as_tensor(y), 5), stream, rows
     )
     assert perfect.tolist() == [True] * 7
+
+
+def test_stacked_frozen_hits_score_each_streams_rows_as_it_alone() -> None:
+    """Two streams scored in one pass of a stacked predictor: each gets what ``frozen_hits`` gives it."""
+    one = build_stream(Spec(protocol="mixed", corruption="mixed"), load, mixed_domains=DOMAINS)
+    two = build_stream(Spec(protocol="mixed", corruption="mixed", seed=1), load, mixed_domains=DOMAINS)
+    rows = [one.rows[:130], two.rows[:130]]  # more than one frozen batch of 64 each
+
+    def predict(x: torch.Tensor) -> torch.Tensor:  # a fixed rule of the pixels: "class" = mean's bucket
+        return torch.nn.functional.one_hot((x.mean((1, 2, 3)) * 5).long().clamp(0, 4), 5).float()
+
+    stacked = build.stacked_frozen_hits(predict, [one, two], rows)
+    assert all(0 < hits.sum() < 130 for hits in stacked)  # hits and misses: a mix-up would show
+    for stream, own, hits in zip([one, two], rows, stacked, strict=True):
+        assert hits.tolist() == build.frozen_hits(predict, stream, own).tolist()
+    with pytest.raises(ValueError, match=r"as many rows each, got \[7, 130\]"):
+        build.stacked_frozen_hits(predict, [one, two], [one.rows[:7], two.rows[:130]])

@@ -41,8 +41,8 @@ from zerosiam.protocols.build import (
     PROTOCOLS,
     Stream,
     build_stream,
-    frozen_hits,
     gather_batch,
+    stacked_frozen_hits,
     subsample,
     to_device,
 )
@@ -205,12 +205,12 @@ def run_stacked(
     reset_peak(device)  # a pool worker runs many specs: each reports its own peak
     torch.manual_seed(spec.seed)
     model = zerosiam.load_model(spec.model, **spec.model_options).to(device)
-    streams = [stream_for(one, source_model=model, device=device) for one in specs]
-    batches = [StreamBatches(stream) for stream in streams]
+    stacked = [stream_for(one, source_model=model, device=device) for one in specs]
+    batches = [StreamBatches(stream) for stream in stacked]
     if len({len(b) for b in batches}) > 1:
         raise ValueError(f"stacked runs need streams of one length, got {sorted({len(b) for b in batches})}")
-    adapter = _adapter(spec, model, streams[0].batch_size, streams=len(specs))
-    scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in streams]
+    adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs))
+    scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
     waited = 0.0
     start = time.perf_counter()
     loaders = [iter(b.loader(device)) for b in batches]
@@ -223,8 +223,10 @@ def run_stacked(
         hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
         for score, stream_batches, stream_hits in zip(scores, batches, hits, strict=True):
             score.add(index, *stream_batches.bounds[index], stream_hits)
-    if streams[0].frozen_rows is not None:
-        scores[0].frozen(adapter, device)
+    if stacked[0].frozen_rows is not None:  # the blind spot: the adapted models frozen, on the whole sets
+        frozen = stacked_frozen_hits(adapter.predict, stacked, [s.frozen_rows for s in stacked], device)
+        for score, hits in zip(scores, frozen, strict=True):
+            score.frozen(hits)
     seconds = (time.perf_counter() - start) / len(specs)
     env = {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)}
     results = []
@@ -240,13 +242,13 @@ def run_stacked(
     return results
 
 
-STACKED_PROTOCOLS = ("bs1", "label_shift_bs1")  # where stacking pays: one-sample steps, equal lengths
+STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps, streams of one length
 
 
 def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
     """The runs' common spec if they may share one stacked adapter: the same run but for the corruption,
-    no prelude (a relay hands one model over) and no frozen scoring (the blind spot scores one model);
-    otherwise a one-line error."""
+    no prelude (a relay hands one model over) and not the mixed protocol (one stream already); otherwise
+    a one-line error."""
     if not specs:
         raise ValueError("no runs to stack")
     first = specs[0]
@@ -257,10 +259,10 @@ def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
         differing = [f for f, v in others.items() if spec.as_dict()[f] != v]
         if differing:
             raise ValueError(f"stacked runs may differ in their corruption only, not in {differing}")
-    if first.prelude or first.protocol == "blind_spot" or first.corruption == MIXED:
+    if first.prelude or first.corruption == MIXED:
         raise ValueError(
-            f"runs with a prelude, the blind spot or the mixed protocol do not stack (protocol "
-            f"{first.protocol!r}, prelude {first.prelude or 'none'})"
+            f"runs with a prelude or of the mixed protocol do not stack (protocol {first.protocol!r}, "
+            f"prelude {first.prelude or 'none'})"
         )
     return first
 
@@ -290,9 +292,8 @@ class _Score:
         total.index_add_(0, domain, torch.ones_like(hits[where]))
         self._curve.append(hits[where].mean())
 
-    def frozen(self, adapter: Adapter | Relay, device: torch.device) -> None:
+    def frozen(self, hits: np.ndarray) -> None:
         """The blind spot: only the frozen rows, scored by the adapted model after the stream, count."""
-        hits = frozen_hits(adapter.predict, self.stream, self.stream.frozen_rows, device)
         self.counts[:2, 0] = torch.tensor([hits.sum(), len(hits)], device=self.counts.device)
 
     def totals(self) -> tuple[np.ndarray, np.ndarray]:

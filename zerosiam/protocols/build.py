@@ -167,13 +167,31 @@ def frozen_hits(
 ) -> np.ndarray:
     """Which of ``rows`` ``predict`` classifies correctly: no gradients, batches of at least 64 images,
     scored on ``device`` and read back once."""
+    return stacked_frozen_hits(predict, [stream], [rows], device)[0]
+
+
+def stacked_frozen_hits(
+    predict: Predict,
+    stacked: Sequence[Stream],
+    rows: Sequence[np.ndarray],
+    device: torch.device | str = "cpu",
+) -> list[np.ndarray]:
+    """``frozen_hits`` of several streams at once, for a ``predict`` of stacked streams: each batch holds
+    every stream's next rows, stream-major. The streams must have as many rows to score."""
+    if len({len(r) for r in rows}) > 1:
+        raise ValueError(f"stacked streams score as many rows each, got {sorted({len(r) for r in rows})}")
+    size = max(stacked[0].batch_size, FROZEN_BATCH)
     hits = []
     with torch.no_grad():
-        for a, b in itertools.pairwise(streams.batches(rows, max(stream.batch_size, FROZEN_BATCH))):
-            pixels, labels = gather_batch(stream, rows[a:b])
-            x, y = to_device(pixels, labels, torch.device(device))
-            hits.append(predict(x).argmax(1) == y)
-    return torch.cat(hits).cpu().numpy() if hits else np.zeros(0, bool)
+        for a, b in itertools.pairwise(streams.batches(rows[0], size)):
+            gathered = [gather_batch(stream, own[a:b]) for stream, own in zip(stacked, rows, strict=True)]
+            x, y = to_device(
+                *(torch.cat(parts) for parts in zip(*gathered, strict=True)), torch.device(device)
+            )
+            hits.append((predict(x).argmax(1) == y).view(len(stacked), -1))
+    if not hits:
+        return [np.zeros(0, bool) for _ in stacked]
+    return list(torch.cat(hits, 1).cpu().numpy())
 
 
 def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
