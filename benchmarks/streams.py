@@ -8,7 +8,8 @@ with ``zerosiam.adapt(..., streams=15)``, one forward per step. The table gives 
 (median of interleaved repeats, so a busy machine slows both alike) and the ratio. Then both ways run
 the benchmark's own runs (``runner.run`` and ``runner.run_stacked``, label shift at batch size 1 on the
 first ``--limit`` images of three corruptions) and the accuracies are printed side by side: they must
-agree up to float rounding.
+agree up to float rounding, except DeYO's and COME's, whose random patch orders are drawn differently.
+EATA is timed as ETA (EATA without its Fisher term, which needs clean data; the step is the same).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="resnet26_gn")
-    parser.add_argument("--methods", default="noadapt,tent,zerosiam")
+    parser.add_argument("--methods", default="noadapt,tent,zerosiam,sar,eta,deyo,come")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=300, help="images per corruption in the agreement runs")
@@ -87,8 +88,9 @@ def main() -> None:
     device = resolve_device(args.device)
     data = streams_of_images(args.steps, device)
     threads = torch.get_num_threads()
+    where = describe_device(device)
     print(f"{args.model}, batch size 1, {data.shape[1]} streams × {args.steps} steps, "
-          f"{describe_device(device)}, {threads} threads")  # fmt: skip
+          f"{where.get('gpu', where['device'])}, {threads} threads")  # fmt: skip
     print("\n| method | ms/image one by one | ms/image stacked | one by one ÷ stacked |")
     print("| --- | ---: | ---: | ---: |")
     methods = args.methods.split(",")

@@ -213,7 +213,7 @@ def run_stacked(
     scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
     waited = 0.0
     start = time.perf_counter()
-    loaders = [iter(b.loader(device)) for b in batches]
+    loaders = [iter(b.loader(device, shared_by=len(specs))) for b in batches]
     steps = tqdm(range(len(batches[0])), desc=spec.method, leave=False, disable=not progress)
     for index in steps:
         asked = time.perf_counter()
@@ -349,8 +349,10 @@ class StreamBatches(torch.utils.data.Dataset):
         a, b = self.bounds[index]
         return gather_batch(self.stream, self.stream.rows[a:b])
 
-    def loader(self, device: torch.device) -> torch.utils.data.DataLoader:
+    def loader(self, device: torch.device, shared_by: int = 1) -> torch.utils.data.DataLoader:
+        """The loader; ``shared_by`` stacked streams split the machine's decoding workers between them."""
         workers = max((datasets.loader_workers(images) for images, _ in self.stream.domains), default=0)
+        workers = -(-workers // shared_by)  # rounded up: a stream that decodes files keeps one
         return torch.utils.data.DataLoader(
             self,
             batch_size=None,

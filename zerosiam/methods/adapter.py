@@ -337,7 +337,7 @@ class Adapter(GradientLearner):
 
     def _by_stream(self, values: Tensor) -> Tensor:
         """``[B·n, ...]`` rows as ``[B, n, ...]``, one block per stream (``[1, N, ...]`` for one stream);
-        a language model's positions count as its rows."""
+        leading dimensions beyond the batch's are flattened into rows, as the diagnostics always did."""
         rows = values.flatten(0, -2) if values.ndim > 1 else values
         return rows.view(self.streams, -1, *rows.shape[1:])
 

@@ -13,8 +13,11 @@ What a method does per stream, it does here per stream too: the loss is each str
 samples it kept; a stream that kept none does not step (``HeldRows`` puts its weights and momentum
 back); SAM's perturbation is normalized per stream; EATA's redundancy filter keeps a mean per stream
 and its Fisher penalty is summed per stream; SAR's recovery averages and resets each stream alone
-(``put_rows``). The one difference: DeYO's shuffled view is drawn for all of a step's samples at once,
-so its random patch orders differ from a lone stream's (the same law, other draws).
+(``put_rows``). Two differences remain. DeYO's shuffled view is drawn for all of a step's samples at
+once, so its random patch orders differ from a lone stream's (the same law, other draws). And a
+non-finite loss or gradient in one stream skips the step of every stream, where alone only that stream's
+would be skipped (the finiteness check is one read of the device per step; a collapsing model is the only
+one that reaches it).
 """
 
 from __future__ import annotations
