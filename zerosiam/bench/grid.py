@@ -249,7 +249,6 @@ class Execution:
     address: str | None = None  # a Ray cluster
     device: str = "cpu"  # auto, cpu, cuda, cuda:N
     gpus_per_run: float = 0.0  # Ray's GPU resources per run (fractions share a GPU)
-    stack: bool = False  # batch-size-1 runs that differ only in corruption share one stacked adapter
 
 
 def _execute(task: Task, threads: int, device: str) -> list[Outcome]:
@@ -353,7 +352,7 @@ def execute(
             store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
         bar.update(1)
 
-    execution = Execution(backend, workers, threads, address, device, gpus_per_run, stack)
+    execution = Execution(backend, workers, threads, address, device, gpus_per_run)
     runner(tasks_of(todo, stack), execution, store_outcome)
     bar.close()
     return len(todo), failures

@@ -254,9 +254,10 @@ def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
     first = specs[0]
     if len(specs) == 1:
         return first
-    others = {field: value for field, value in first.as_dict().items() if field != "corruption"}
+    common = {field: value for field, value in first.as_dict().items() if field != "corruption"}
     for spec in specs[1:]:
-        differing = [f for f, v in others.items() if spec.as_dict()[f] != v]
+        values = spec.as_dict()
+        differing = [field for field, value in common.items() if values[field] != value]
         if differing:
             raise ValueError(f"stacked runs may differ in their corruption only, not in {differing}")
     if first.prelude or first.corruption == MIXED:
@@ -276,8 +277,6 @@ class _Score:
         self.device = device
         self.counts = torch.zeros(4, len(stream.domains), device=device)  # right, seen; prelude's too
         self._curve: list[torch.Tensor] = []
-        self.correct: np.ndarray | None = None
-        self.seen: np.ndarray | None = None
 
     def add(self, index: int, a: int, b: int, hits: torch.Tensor) -> None:
         """Score batch ``index``, the stream's rows ``a:b``, whose predictions hit or missed as ``hits``."""
