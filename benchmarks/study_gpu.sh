@@ -47,9 +47,9 @@ select_rates() {  # select_rates MODEL METHODS WORKERS: the rates of METHODS on 
     --db "$db" --workers "$3" --device "$device" ${LIMIT:+--limit $LIMIT}
 }
 
-bench() {  # bench GRID: one grid file of docs/results/grids with the selected rates, batch-1 runs stacked
+bench() {  # bench GRID [WORKERS]: one grid file of docs/results/grids with the selected rates, batch-1 stacked
   python -m zerosiam bench --grid "docs/results/grids/$1.yaml" --db "$db" --device "$device" \
-    --workers "$workers" --no-report --stack ${LIMIT:+--limit $LIMIT}
+    --workers "${2:-$workers}" --no-report --stack ${LIMIT:+--limit $LIMIT}
 }
 
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 15 \
@@ -72,7 +72,8 @@ wait"
 # what the 2-core machine cannot do first: the batch-1 tables (stacked: 15 corruptions per process)
 for grid in ${GRIDS:-label_shift batch1 blind_spot mild_mixed label_shift_seeds ablation_compositions \
     ablation_predictor ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective}; do
-  step "$grid" "bench $grid"
+  # a stacked task (15 runs of 10,000 steps) is stored when it ends: few at once, so that some end in time
+  case $grid in batch1|blind_spot) step "$grid" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$grid" "bench $grid" ;; esac
 done
 python benchmarks/study_export.py "$db" "$out/study.db"
 python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$out/study.db"
