@@ -150,3 +150,19 @@ def test_stream_norms_scale_each_stream_by_its_own_copy(tiny_gn, images):
     torch.testing.assert_close(stacked_gn, expected_gn)
     expected_ln = torch.cat([ln(x[:2].mean((2, 3))) + 1.0, ln(x[2:].mean((2, 3)))])
     torch.testing.assert_close(stacked_ln, expected_ln)
+
+
+@pytest.mark.parametrize("name", ["resnet26_gn", "convnext_nano_ln", "vit_tiny_ln"])
+def test_the_zoos_norm_layouts_stack(name):
+    """GroupNorm, timm's channel-first LayerNorm2d and token LayerNorm on the trained zoo models: three
+    stacked ZeroSiam streams give the logits of three lone ones, step after step."""
+    torch.manual_seed(0)
+    model = zerosiam.load_model(name)
+    data = torch.rand(3, STREAMS, 1, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    alone = [
+        zerosiam.adapt(copy.deepcopy(model), "zerosiam", batch_size=1, lr_scale=10) for _ in range(STREAMS)
+    ]
+    stacked = zerosiam.adapt(model, "zerosiam", batch_size=1, lr_scale=10, streams=STREAMS)
+    for batch in data:
+        expected = torch.cat([adapter(batch[s]) for s, adapter in enumerate(alone)])
+        torch.testing.assert_close(stacked(batch.flatten(0, 1)), expected, rtol=1e-4, atol=1e-4)
