@@ -33,6 +33,7 @@ from zerosiam.parts.split import FeatureTap
 from zerosiam.parts.streams import (
     HeldRows,
     StreamNorms,
+    by_stream,
     check_streams,
     put_rows,
     stack_predictor,
@@ -132,7 +133,7 @@ class Adapter(GradientLearner):
         the recovery decides, and restores, stream by stream (``recovered`` is then one flag per stream)."""
         if self.streams == 1:
             return super().take_step(step, recover, closure)
-        self._skipped, self._held = None, []
+        self._skipped, self._held = None, ()
         held = HeldRows(self.optimizer) if self.recipe.select else None  # unfiltered: every stream moves
         with torch.enable_grad():
             evaluations = step(self, closure)
@@ -338,8 +339,7 @@ class Adapter(GradientLearner):
     def _by_stream(self, values: Tensor) -> Tensor:
         """``[B·n, ...]`` rows as ``[B, n, ...]``, one block per stream (``[1, N, ...]`` for one stream);
         leading dimensions beyond the batch's are flattened into rows, as the diagnostics always did."""
-        rows = values.flatten(0, -2) if values.ndim > 1 else values
-        return rows.view(self.streams, -1, *rows.shape[1:])
+        return by_stream(values.flatten(0, -2) if values.ndim > 1 else values, self.streams)
 
     def _per_stream(self, values: Tensor) -> Tensor:
         """One value per stream, or a single one when there is one stream."""

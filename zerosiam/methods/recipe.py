@@ -32,6 +32,7 @@ from zerosiam.parts.contract import (
 )
 from zerosiam.parts.losses import DIVERGENCES, OBJECTIVES, PerSample, resolve
 from zerosiam.parts.norms import NormSelector
+from zerosiam.parts.streams import by_stream
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ class Recipe:
             terms["divergence"] = _masked_mean(alignment.detach(), mask, batch.streams)
             per_sample = per_sample + alignment
         if batch.streams > 1:  # each stream's own mean, summed: every stream gets its own gradient
-            kept = mask.view(batch.streams, -1)
-            rows = torch.where(kept, per_sample.view(batch.streams, -1), 0.0)
+            kept = by_stream(mask, batch.streams)
+            rows = torch.where(kept, by_stream(per_sample, batch.streams), 0.0)
             per_stream = rows.sum(1) / kept.sum(1).clamp_min(1)  # a stream that kept nothing adds 0
             loss = per_stream.sum()
         elif not filtered:  # every sample counts: no need to ask the device whether any does
@@ -149,4 +150,4 @@ def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1) -> Tensor:
     kept = torch.where(mask, values, 0.0)
     if streams == 1:
         return kept.sum() / mask.sum()
-    return kept.view(streams, -1).sum(1) / mask.view(streams, -1).sum(1)
+    return by_stream(kept, streams).sum(1) / by_stream(mask, streams).sum(1)

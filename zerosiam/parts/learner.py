@@ -30,7 +30,7 @@ class GradientLearner(ABC):
     recipe: Any  # what it runs: the parts, the step, the recovery (``zerosiam.methods.recipe.Recipe``)
     streams: int = 1  # independent streams stacked in each batch (``zerosiam.parts.streams``)
     _skipped: str | None = None
-    _held: list[tuple[str, Tensor]] = []  # this step's streams held back, and why (``hold``)
+    _held: tuple[tuple[str, Tensor], ...] = ()  # this step's streams held back, and why (``hold``)
 
     def prepare_parts(self, extras: dict[str, Any]) -> None:
         """Let parts that need more than the test stream (EATA's Fisher needs clean data) set themselves
@@ -82,7 +82,7 @@ class GradientLearner(ABC):
     def hold(self, reason: str, streams: Tensor) -> None:
         """Stacked streams: the marked ``streams`` stay where they were in this step, for ``reason``
         (a stream running alone would have skipped it); the others step."""
-        self._held.append((reason, streams))
+        self._held += ((reason, streams),)
 
     @property
     def skipped(self) -> str | None:
@@ -94,7 +94,7 @@ class GradientLearner(ABC):
     ) -> tuple[list[Evaluation], bool]:
         """One adaptation step by ``step`` on ``closure``; then, if ``recover`` says the model has
         collapsed, back to the source weights. Returns the step's evaluations and whether it recovered."""
-        self._skipped, self._held = None, []
+        self._skipped, self._held = None, ()
         with torch.enable_grad():
             evaluations = step(self, closure)
         recovered = bool(recover is not None and recover(evaluations))

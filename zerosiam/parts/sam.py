@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from zerosiam.parts.contract import Closure, Evaluation, Learner
+from zerosiam.parts.streams import by_stream
 
 
 def ascend(params: list[nn.Parameter], rho: float, streams: int = 1) -> list[Tensor]:
@@ -55,10 +56,6 @@ def descend_back(params: list[nn.Parameter], moves: list[Tensor]) -> None:
 NONE_AT_THE_PERTURBED_WEIGHTS = "no sample selected at the perturbed weights"
 
 
-def _any_by_stream(mask: Tensor, streams: int) -> Tensor:
-    return mask.view(streams, -1).any(-1)
-
-
 @dataclass(frozen=True)
 class SAM:
     """The two-pass step: gradient at θ, ascent to θ + e, gradient there, back to θ, optimizer step.
@@ -88,7 +85,7 @@ class SAM:
             learner.optimizer.step()
         if learner.streams > 1:  # the learner puts back the streams whose second pass kept none
             streams = learner.streams
-            held = _any_by_stream(first.mask, streams) & ~_any_by_stream(second.mask, streams)
+            held = by_stream(first.mask, streams).any(1) & ~by_stream(second.mask, streams).any(1)
             learner.hold(NONE_AT_THE_PERTURBED_WEIGHTS, held)
         elif not ready:
             learner.skip(NONE_AT_THE_PERTURBED_WEIGHTS)

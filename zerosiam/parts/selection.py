@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zerosiam.parts.losses import OBJECTIVES, PerSample, resolve
+from zerosiam.parts.streams import by_stream
 
 if TYPE_CHECKING:
     from zerosiam.parts.contract import Batch
@@ -110,8 +111,8 @@ class NotRedundant:
         probabilities = batch.logits.detach().softmax(-1)
         epsilon = self.epsilon if self.epsilon is not None else redundancy_epsilon(probabilities.shape[-1])
         if batch.streams > 1:  # each stream against its own mean; a stream with none yet keeps all
-            by_stream = probabilities.view(batch.streams, -1, probabilities.shape[-1])
-            cosine = F.cosine_similarity(by_stream, self.mean.unsqueeze(1), dim=-1)
+            streams = by_stream(probabilities, batch.streams)
+            cosine = F.cosine_similarity(streams, self.mean.unsqueeze(1), dim=-1)
             return (self.mean.isnan().any(-1, keepdim=True) | (cosine.abs() < epsilon)).flatten()
         cosine = F.cosine_similarity(probabilities, self.mean.unsqueeze(0), dim=-1)
         return cosine.abs() < epsilon
@@ -130,9 +131,8 @@ class NotRedundant:
 
     def _observe_streams(self, batch: Batch, mask: Tensor) -> None:
         """Stacked streams: one mean per stream, a NaN row until the stream first keeps a sample."""
-        probabilities = batch.logits.detach().softmax(-1)
-        probabilities = probabilities.view(batch.streams, -1, probabilities.shape[-1])
-        kept = mask.view(batch.streams, -1, 1)
+        probabilities = by_stream(batch.logits.detach().softmax(-1), batch.streams)
+        kept = by_stream(mask, batch.streams).unsqueeze(-1)
         count = kept.sum(1)
         current = torch.where(kept, probabilities, 0.0).sum(1) / count  # NaN where nothing was kept
         mean = self.mean if self.mean is not None else torch.full_like(current, math.nan)

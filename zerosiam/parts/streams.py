@@ -40,6 +40,11 @@ def check_streams(streams: int) -> int:
     return streams
 
 
+def by_stream(rows: Tensor, streams: int) -> Tensor:
+    """A stacked batch's ``[B·n, ...]`` rows as ``[B, n, ...]``: one block per stream."""
+    return rows.view(streams, -1, *rows.shape[1:])
+
+
 def channel_first(module: nn.Module) -> bool:
     """Whether ``module`` scales dimension 1 of its output (GroupNorm, timm's ``LayerNorm2d``) rather than
     its trailing dimensions (``LayerNorm`` over tokens or channels-last maps, RMSNorm)."""
