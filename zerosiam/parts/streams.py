@@ -22,7 +22,7 @@ one that reaches it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -95,6 +95,7 @@ class StreamNorms:
         self._hooks.append(module.register_forward_hook(_affine_hook(stacked, channel_first(module))))
 
     def restore(self) -> None:
+        """The layers as they were: their own affine parameters back, the hooks removed."""
         for hook in self._hooks:
             hook.remove()
         for module, own in self._saved:
@@ -104,7 +105,9 @@ class StreamNorms:
         self._saved.clear()
 
 
-def _affine_hook(stacked: dict[str, nn.Parameter], first: bool):
+def _affine_hook(stacked: dict[str, nn.Parameter], first: bool) -> Callable[..., Tensor]:
+    """A forward hook that scales and shifts each output row by its stream's copy of the affine."""
+
     def apply(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> Tensor:
         if "weight" in stacked:
             output = output * per_sample(stacked["weight"], output, first)
@@ -124,9 +127,8 @@ class StackedLinear(nn.Module):
         self.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
 
     def forward(self, z: Tensor) -> Tensor:
-        streams, out_features, in_features = self.weight.shape
-        by_stream = z.reshape(streams, -1, in_features)
-        return torch.bmm(by_stream, self.weight.transpose(1, 2)).reshape(-1, out_features)
+        rows = by_stream(z, self.weight.shape[0])
+        return torch.bmm(rows, self.weight.transpose(1, 2)).flatten(0, 1)
 
 
 STACKED_PREDICTORS = ("identity", "random", "random_learned")  # the linear ones
