@@ -21,6 +21,7 @@ def _streams_of_batches(steps: int = 6, per_stream: int = 2) -> torch.Tensor:
     return torch.rand(steps, STREAMS, per_stream, 3, 8, 8, generator=torch.Generator().manual_seed(3))
 
 
+EATA_CLEAN = {"clean_data": [torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))]}
 METHODS = [
     ("noadapt", {}),
     ("tent", {}),
@@ -29,11 +30,11 @@ METHODS = [
     ("sar", {}),
     ("sar", {"recover": ema_below(0.6)}),  # a floor this high resets some streams, at their own times
     ("eta", {}),
-    ("eata", {"clean_data": [torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))]}),
+    ("eata", EATA_CLEAN),
     ("deyo", {}),
     ("come", {}),
     ("deyo+zerosiam", {}),
-    ("eata+zerosiam", {"clean_data": [torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))]}),
+    ("eata+zerosiam", EATA_CLEAN),
 ]
 
 

@@ -142,7 +142,8 @@ class Adapter(GradientLearner):
         if recover is None:
             return evaluations, False
         collapsed = recover(evaluations)
-        self.restore_source(collapsed)
+        if collapsed.any():  # the flags were read on the host already; most steps restore nothing
+            self.restore_source(collapsed)
         return evaluations, collapsed
 
     def predict(self, x: Tensor) -> Tensor:

@@ -10,6 +10,7 @@ baselines are short recipes; the paper's ablations and compositions are ``recipe
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,9 +124,7 @@ class Recipe:
             terms["divergence"] = _masked_mean(alignment.detach(), mask, batch.streams)
             per_sample = per_sample + alignment
         if batch.streams > 1:  # each stream's own mean, summed: every stream gets its own gradient
-            kept = by_stream(mask, batch.streams)
-            rows = torch.where(kept, by_stream(per_sample, batch.streams), 0.0)
-            per_stream = rows.sum(1) / kept.sum(1).clamp_min(1)  # a stream that kept nothing adds 0
+            per_stream = _masked_mean(per_sample, mask, batch.streams, empty=0.0)  # kept nothing: adds 0
             loss = per_stream.sum()
         elif not filtered:  # every sample counts: no need to ask the device whether any does
             loss = per_sample.mean()
@@ -144,10 +143,11 @@ class Recipe:
         return Evaluation(loss, mask, batch, terms, filtered)
 
 
-def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1) -> Tensor:
-    """The mean over the selected samples, NaN when none is (computed on the device: no host sync);
+def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1, empty: float = math.nan) -> Tensor:
+    """The mean over the selected samples, ``empty`` when none is (computed on the device: no host sync);
     one per stream when the batch stacks several."""
     kept = torch.where(mask, values, 0.0)
-    if streams == 1:
-        return kept.sum() / mask.sum()
-    return by_stream(kept, streams).sum(1) / by_stream(mask, streams).sum(1)
+    if streams > 1:
+        kept, mask = by_stream(kept, streams), by_stream(mask, streams)
+    counts = mask.sum(-1)
+    return torch.where(counts > 0, kept.sum(-1) / counts.clamp_min(1), empty)
