@@ -24,6 +24,7 @@ from tqdm import tqdm
 from zerosiam import corruptions
 from zerosiam.bench import datasets
 from zerosiam.bench.device import resolve_device
+from zerosiam.bench.memory import fix_mmap_threshold
 from zerosiam.bench.runner import STACKED_PROTOCOLS, Result, RunSpec, check_prelude, run_stacked
 from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_deferred
 from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
@@ -257,6 +258,7 @@ def _execute(task: Task, threads: int, device: str) -> list[Outcome]:
     import torch
 
     torch.set_num_threads(threads)
+    fix_mmap_threshold()
     specs = [RunSpec.from_dict(values) for values in task]
     results: list[Result] = run_stacked(specs, device=resolve_device(device))
     return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
