@@ -10,7 +10,6 @@ baselines are short recipes; the paper's ablations and compositions are ``recipe
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -124,7 +123,7 @@ class Recipe:
             terms["divergence"] = _masked_mean(alignment.detach(), mask, batch.streams)
             per_sample = per_sample + alignment
         if batch.streams > 1:  # each stream's own mean, summed: every stream gets its own gradient
-            per_stream = _masked_mean(per_sample, mask, batch.streams, empty=0.0)  # kept nothing: adds 0
+            per_stream = _masked_mean(per_sample, mask, batch.streams, zero_if_empty=True)
             loss = per_stream.sum()
         elif not filtered:  # every sample counts: no need to ask the device whether any does
             loss = per_sample.mean()
@@ -143,11 +142,11 @@ class Recipe:
         return Evaluation(loss, mask, batch, terms, filtered)
 
 
-def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1, empty: float = math.nan) -> Tensor:
-    """The mean over the selected samples, ``empty`` when none is (computed on the device: no host sync);
-    one per stream when the batch stacks several."""
+def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1, zero_if_empty: bool = False) -> Tensor:
+    """The mean over the selected samples, NaN (or 0) when none is (computed on the device: no host
+    sync); one per stream when the batch stacks several."""
     kept = torch.where(mask, values, 0.0)
     if streams > 1:
         kept, mask = by_stream(kept, streams), by_stream(mask, streams)
     counts = mask.sum(-1)
-    return torch.where(counts > 0, kept.sum(-1) / counts.clamp_min(1), empty)
+    return kept.sum(-1) / (counts.clamp_min(1) if zero_if_empty else counts)
