@@ -19,8 +19,10 @@ def fake_load(dataset: str, corruption: str, severity: int, cache=None, progress
 
 
 @pytest.fixture
-def fake_domains(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replace data loading by small labelled arrays: 50 images of 5 classes per corruption."""
+def fake_domains(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Replace data loading by small labelled arrays: 50 images of 5 classes per corruption, with a cache
+    of their own (what runs keep there, the blind spot's mistakes, is of these fake images)."""
+    monkeypatch.setenv("ZEROSIAM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(runner, "load_corrupted", fake_load)
     monkeypatch.setattr(grid_module, "load_corrupted", fake_load)
     monkeypatch.setattr(bench_datasets, "load_corrupted", fake_load)

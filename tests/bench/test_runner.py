@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from tests.bench.conftest import fake_load
+from tests.bench.conftest import TinyLN, fake_load
 from zerosiam import corruptions
-from zerosiam.bench import runner
+from zerosiam.bench import mistakes, runner
 from zerosiam.bench.runner import RunSpec, stream_for
 from zerosiam.protocols import streams
 
@@ -47,6 +50,31 @@ def test_blind_spot_scores_the_frozen_model_on_the_whole_set(fake_domains, tiny_
     assert all(math.isnan(v) for v in result.curves["accuracy"])  # nothing is scored while adapting
     unadapted = runner.run(_spec(protocol="blind_spot", method="noadapt")).metrics["accuracy"]
     assert unadapted == runner.run(_spec(protocol="mild", method="noadapt")).metrics["accuracy"]
+
+
+def test_the_blind_spot_finds_the_source_models_mistakes_once(fake_domains, tiny_model, monkeypatch):
+    passes = []
+    find = mistakes.source_mistakes
+    monkeypatch.setattr(mistakes, "source_mistakes", lambda *args: passes.append(1) or find(*args))
+    first = runner.run(_spec(protocol="blind_spot", method="tent", hparams={"lr": 1e-2}))
+    again = runner.run(_spec(protocol="blind_spot", method="zerosiam", hparams={"lr": 1e-2}))
+    assert len(passes) == 1 and first.metrics["steps"] == again.metrics["steps"] == 50
+    kept = list((Path(os.environ["ZEROSIAM_CACHE"]) / mistakes.FOLDER).glob("*.npy"))
+    assert len(kept) == 1
+    kept[0].write_bytes(b"damaged")  # a damaged file is found again, not trusted
+    runner.run(_spec(protocol="blind_spot", method="noadapt"))
+    runner.run(_spec(protocol="blind_spot", method="noadapt", seed=1))  # another order: another file
+    assert len(passes) == 3
+
+
+def test_another_model_of_the_same_name_has_mistakes_of_its_own(fake_domains, monkeypatch):
+    models = [TinyLN(), TinyLN()]
+    with torch.no_grad():
+        models[1].fc.bias += 1.0  # other weights, the same name
+    monkeypatch.setattr(runner.zerosiam, "load_model", lambda name: models.pop(0))
+    for _ in range(2):
+        runner.run(_spec(protocol="blind_spot", method="noadapt"))
+    assert len(list((Path(os.environ["ZEROSIAM_CACHE"]) / mistakes.FOLDER).glob("*.npy"))) == 2
 
 
 def test_spec_validation_and_stable_ids():

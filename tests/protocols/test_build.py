@@ -123,6 +123,18 @@ def test_blind_spot_adapts_on_the_source_models_mistakes_only() -> None:
         build_stream(Spec(protocol="blind_spot"), load)
 
 
+def test_the_blind_spot_takes_mistakes_found_before_and_checks_them() -> None:
+    domain = load("fog")
+    wrong = build.source_mistakes(Spec(protocol="blind_spot"), domain, Oracle())
+    assert np.flatnonzero(wrong).tolist() == list(range(20, 50))  # in the domain's own order
+    found = build_stream(Spec(protocol="blind_spot"), load, predict=Oracle())
+    given = build_stream(Spec(protocol="blind_spot"), load, mistakes=lambda d: wrong.copy())
+    np.testing.assert_array_equal(found.rows, given.rows)
+    np.testing.assert_array_equal(found.frozen_rows, given.frozen_rows)
+    with pytest.raises(ValueError, match="one bool per image"):
+        build_stream(Spec(protocol="blind_spot"), load, mistakes=lambda d: wrong[:10])
+
+
 def test_frozen_hits_and_gather_batch_follow_the_rows() -> None:
     stream = build_stream(Spec(protocol="mixed", corruption="mixed"), load, mixed_domains=DOMAINS)
     rows = stream.rows[:7]

@@ -30,6 +30,7 @@ from zerosiam.bench import datasets
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
+from zerosiam.bench.mistakes import cached_mistakes
 from zerosiam.bench.store import run_id_for
 from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.methods.adapter import Adapter, prepare_options
@@ -154,15 +155,18 @@ def stream_for(
     """The protocol's stream for ``spec`` over the benchmark's data: the cached corrupted split of
     ``spec.dataset`` at ``spec.severity`` (the 15 benchmark corruptions for the mixed protocol). The
     blind-spot stream is made of what the unadapted ``source_model`` gets wrong, so it needs it."""
-    predict = (
-        None if source_model is None else functools.partial(_frozen_forward, source_model, spec.precision)
-    )
+    device = device or torch.device("cpu")
+    predict = mistakes = None
+    if source_model is not None:
+        predict = functools.partial(_frozen_forward, source_model, spec.precision)
+        mistakes = functools.partial(cached_mistakes, spec, source_model, predict, device)
     return build_stream(
         spec,
         lambda corruption: datasets.open_domain(spec.dataset, corruption, spec.severity),
         mixed_domains=corruptions.BENCHMARK,
         predict=predict,
-        device=device or torch.device("cpu"),
+        mistakes=mistakes,
+        device=device,
     )
 
 

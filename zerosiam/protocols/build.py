@@ -27,6 +27,7 @@ FROZEN_BATCH = 64  # the smallest batch the frozen scoring uses: no gradients, s
 Domain = tuple[np.ndarray, np.ndarray]  # uint8 (N, H, W, 3) images and their (N,) labels
 Load = Callable[[str], Domain]
 Predict = Callable[[torch.Tensor], torch.Tensor]
+FindMistakes = Callable[[Domain], np.ndarray]  # a domain to the bool mask of what the source model gets wrong
 
 
 class StreamSpec(Protocol):
@@ -99,6 +100,7 @@ def build_stream(
     *,
     mixed_domains: Sequence[str] = (),
     predict: Predict | None = None,
+    mistakes: FindMistakes | None = None,
     device: torch.device | str = "cpu",
 ) -> Stream:
     """The stream of ``spec.protocol`` (``shared/docs/protocols.md``) over the images ``load`` gives.
@@ -106,7 +108,8 @@ def build_stream(
     ``load(name)`` returns one domain's uint8 ``(N, H, W, 3)`` images and labels. The mixed protocol
     shuffles the ``mixed_domains`` together. The blind-spot stream is made of what the unadapted source
     model gets wrong, so it needs that model's ``predict`` (float images in [0, 1] to logits, run on
-    ``device``); no other protocol does.
+    ``device``); a caller that keeps those mistakes between runs passes ``mistakes(domain)`` instead,
+    which returns them (``source_mistakes``'s mask). No other protocol needs either.
     """
     if spec.protocol == MIXED:
         if not mixed_domains:
@@ -118,7 +121,8 @@ def build_stream(
     labels = domain[1]
     batch_size = 1 if spec.protocol.endswith("bs1") else spec.batch_size
     if spec.protocol == BLIND_SPOT:
-        return _blind_spot_stream(spec, domain, predict, device)
+        wrong = mistakes(domain) if mistakes else source_mistakes(spec, domain, predict, device)
+        return _blind_spot_stream(spec, domain, wrong)
     if spec.protocol.startswith("label_shift"):
         length = spec.stream_length or len(labels)
         rows = _single(streams.label_shift(labels, spec.imbalance_ratio, spec.seed, length=length))
@@ -145,20 +149,38 @@ def pure_noise(count: int, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.clip(np.rint(values), 0, 255).astype(np.uint8)
 
 
-def _blind_spot_stream(
-    spec: StreamSpec, domain: Domain, predict: Predict | None, device: torch.device | str
-) -> Stream:
-    """Adapt one image at a time on the source model's mistakes only, then score the whole set frozen.
-
-    The whole set is scored in the ``mild`` order, the same one a mild run of this seed sees.
-    """
+def source_mistakes(
+    spec: StreamSpec, domain: Domain, predict: Predict | None, device: torch.device | str = "cpu"
+) -> np.ndarray:
+    """Which of ``domain``'s images (in its own order) the unadapted model ``predict`` gets wrong, scored
+    frozen in the ``mild`` order of ``spec.seed``: the blind spot's raw material. One pass over the whole
+    domain, the same for every method, so a caller running many methods may compute it once and pass
+    it to ``build_stream`` as ``mistakes``."""
     if predict is None:
         raise ValueError("the blind-spot stream is made of the source model's mistakes: pass it as predict")
-    shuffled = _single(streams.mild(domain[1], spec.seed))
+    shuffled = _shuffled(domain, spec.seed)
     source = Stream([domain], [spec.corruption], shuffled, np.ones(len(shuffled), bool), spec.batch_size)
     wrong = np.zeros(len(domain[1]), bool)
     wrong[shuffled[:, 1]] = ~frozen_hits(predict, source, shuffled, device)
-    rows = _single(streams.blind_spot(wrong, spec.stream_length or len(wrong), spec.seed))
+    return wrong
+
+
+def _shuffled(domain: Domain, seed: int) -> np.ndarray:
+    return _single(streams.mild(domain[1], seed))
+
+
+def _blind_spot_stream(spec: StreamSpec, domain: Domain, mistakes: np.ndarray) -> Stream:
+    """Adapt one image at a time on the source model's ``mistakes`` only, then score the whole set frozen.
+
+    The whole set is scored in the ``mild`` order, the same one a mild run of this seed sees.
+    """
+    if mistakes.shape != domain[1].shape or mistakes.dtype != bool:
+        raise ValueError(
+            f"mistakes must be one bool per image of {spec.corruption!r} ({len(domain[1])}), "
+            f"got {mistakes.dtype} of shape {mistakes.shape}"
+        )
+    rows = _single(streams.blind_spot(mistakes, spec.stream_length or len(mistakes), spec.seed))
+    shuffled = _shuffled(domain, spec.seed)
     return Stream([domain], [spec.corruption], rows, np.zeros(len(rows), bool), 1, frozen_rows=shuffled)
 
 
