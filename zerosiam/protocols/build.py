@@ -138,7 +138,7 @@ def build_stream(
         order, bounds = streams.epochs(lambda e: streams.epoch_order(labels, spec.seed, e), spec.epochs)
         evaluated = np.arange(len(order)) >= bounds[-2]
         return Stream([domain], [spec.corruption], _single(order), evaluated, batch_size)
-    rows = _single(streams.mild(labels, spec.seed))
+    rows = _shuffled(domain, spec.seed)
     return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
 
 
@@ -166,6 +166,7 @@ def source_mistakes(
 
 
 def _shuffled(domain: Domain, seed: int) -> np.ndarray:
+    """The mild protocol's rows: the domain shuffled by ``seed`` (also the blind spot's scoring order)."""
     return _single(streams.mild(domain[1], seed))
 
 
