@@ -171,6 +171,41 @@ def test_seeds_give_mean_and_sample_std():
     assert report.format_cell(single.cell("Tent", "fog")) == "70.0"
 
 
+def test_by_seed_shows_each_seeds_average_marked_against_noadapt_of_that_seed():
+    """A method may beat NoAdapt on the mean over seeds and still lose in one seed: the by-seed table
+    shows it. A seed that lacks a corruption has no average; the mean over seeds then has none either."""
+    rows = full_line("noadapt", NOADAPT, seed=0) + full_line("noadapt", NOADAPT, seed=1)
+    rows += full_line("tent", TENT, seed=0) + full_line("tent", dict.fromkeys(BENCHMARK, 0.20), seed=1)
+    table = only_table(rows, by_seed=True)
+    assert table.columns == ["Seed 0", "Seed 1", "avg"]
+    noadapt, tent = 100 * statistics.fmean(NOADAPT.values()), 100 * statistics.fmean(TENT.values())
+    assert table.cell("Tent", "Seed 0").mean == pytest.approx(tent)
+    assert not table.cell("Tent", "Seed 0").worse
+    assert table.cell("Tent", "Seed 1").mean == pytest.approx(20.0)
+    assert table.cell("Tent", "Seed 1").worse  # 20 < NoAdapt's seed-1 average
+    average = table.cell("Tent", "avg")
+    assert average.mean == pytest.approx((tent + 20.0) / 2)
+    assert average.std == pytest.approx(statistics.stdev([tent, 20.0]))
+    assert table.cell("NoAdapt", "Seed 1").mean == pytest.approx(noadapt)
+    assert "| Seed 0 | Seed 1 | Avg. |" in report.to_markdown([table])
+
+    gap = [row for row in rows if not (row["spec"]["method"] == "tent" and row["spec"]["seed"] == 1
+                                        and row["spec"]["corruption"] == "fog")]  # fmt: skip
+    table = only_table(gap, by_seed=True)
+    assert table.cell("Tent", "Seed 0").mean == pytest.approx(tent)
+    assert table.cell("Tent", "Seed 1").mean is None
+    assert table.cell("Tent", "avg").mean is not None  # fog's seed-0 value stands for fog, as elsewhere
+    assert table.cell("Tent", "avg").std is None  # one complete seed: no spread to show
+
+
+def test_by_seed_of_some_corruptions_averages_those_shown():
+    rows = [make_row("noadapt", name, 0.5, seed=seed) for name in ("fog", "snow") for seed in (0, 1)]
+    table = only_table(rows, by_seed=True)
+    assert table.columns == ["Seed 0", "Seed 1", "mean"]
+    assert table.cell("NoAdapt", "Seed 1").mean == pytest.approx(50.0)
+    assert table.notes == []  # the 13 corruptions not shown are not missing
+
+
 def test_filters_and_one_table_per_setting(rows):
     other = [make_row("tent", "fog", 0.9, model="resnet50_gn"), make_row("tent", "fog", 0.1, severity=3)]
     other += [make_row("tent", "fog", 0.8, protocol="label_shift")]
@@ -435,6 +470,8 @@ def test_cli_groups_and_refuses_figures_without_out(monkeypatch, tmp_path, capsy
     assert run_cli(monkeypatch, rows, ["--db", str(db), "--plot"]) == 2
     assert run_cli(monkeypatch, rows, ["--db", str(tmp_path / "absent.db")]) == 2
     assert run_cli(monkeypatch, rows, ["--db", str(db), "--severity", "1"]) == 1
+    assert run_cli(monkeypatch, rows, ["--db", str(db), "--by-seed"]) == 0
+    assert "| Method | Seed 0 | Avg. |" in capsys.readouterr().out
 
 
 def test_cli_reads_a_real_result_store(tmp_path, capsys, rows):

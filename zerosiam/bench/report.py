@@ -15,12 +15,16 @@ Conventions (also in docs/report.md):
   corruption of that method is present, otherwise it is ``–`` too and a note says why: a mean over a
   different subset of corruptions would not be comparable with the other lines;
 * the mixed protocol (one run over all corruptions) reads its per-corruption accuracy from
-  ``metrics.per_domain`` and adds an ``Overall`` column with the whole stream's accuracy.
+  ``metrics.per_domain`` and adds an ``Overall`` column with the whole stream's accuracy;
+* ``by_seed`` turns the columns into seeds: each seed's average over the corruptions, then the average
+  over seeds with its std, so that a reader sees whether an ordering holds in every seed, not only in the
+  mean.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -39,6 +43,7 @@ MIXED = "mixed"
 AVERAGE = "avg"
 SHOWN_MEAN = "mean"  # a table of some corruptions: the mean of those it shows
 OVERALL = "overall"
+SEED_COLUMN = "Seed "  # a by-seed table's column of one seed: "Seed 0", "Seed 1", ...
 MISSING = "–"
 WORSE_MARK = "↓"
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e-?\d+)?)")
@@ -246,6 +251,26 @@ def table_columns(groups: bool, mixed: bool, present: Iterable[str] = BENCHMARK)
     return columns + [AVERAGE] + ([OVERALL] if mixed else [])
 
 
+def seed_columns(seeds: Iterable[Any], shown: Sequence[str]) -> list[str]:
+    """Column keys of a by-seed table: one per seed, then the average over the 15 corruptions (or, for a
+    table of some of them, the mean of those ``shown``)."""
+    average = AVERAGE if set(BENCHMARK) <= set(shown) else SHOWN_MEAN
+    return [f"{SEED_COLUMN}{seed}" for seed in sorted(set(seeds), key=lambda s: _natural(str(s)))] + [average]
+
+
+def _seed_line_cells(
+    per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str], members: Sequence[str]
+) -> dict[str, Cell]:
+    """One line of a by-seed table: each seed's mean over ``members`` (blank unless that seed has all of
+    them), then the usual average cell, the mean over seeds ± their std."""
+    cells = {column: Cell(None) for column in columns}
+    for seed, values in per_seed.items():
+        if set(members) <= set(values):
+            cells[f"{SEED_COLUMN}{seed}"] = Cell(statistics.fmean(values[m] for m in members), seeds=1)
+    cells[columns[-1]] = _mean_cell(per_seed, members)
+    return cells
+
+
 def _natural(text: str) -> tuple:
     """A sort key that orders the numbers inside labels by value (``lr_scale=3`` before ``=10``)."""
     return tuple(
@@ -295,9 +320,12 @@ def _baselines(table: Table, method_of: Mapping[str, str], setting_of: Mapping[s
     return baseline_of
 
 
-def _missing_notes(table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]]) -> None:
-    """One note per line whose means are blank because corruptions are missing."""
-    covered = [name for name in BENCHMARK if name in table.columns] or list(BENCHMARK)  # groups: all 15
+def _missing_notes(
+    table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]], covered: Sequence[str]
+) -> None:
+    """One note per line whose means are blank because some of the ``covered`` corruptions (all 15 when
+    empty: a table of group means) are missing."""
+    covered = list(covered) or list(BENCHMARK)
     for method in table.methods:
         present = {column for values in per_label[method].values() for column in values}
         missing = [name for name in covered if name not in present]
@@ -308,7 +336,7 @@ def _missing_notes(table: Table, per_label: Mapping[str, Mapping[Any, Mapping[st
             table.notes.append(f"{method}: no result for {names}; the means that need them are left blank.")
 
 
-def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool) -> Table:
+def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by_seed: bool) -> Table:
     """The table of one (dataset, model, protocol, severity) from its rows. Runs on the extra corruptions
     (e.g. a sweep on the held-out set) are left out before labelling, so that they neither add empty lines
     nor lengthen the labels of the lines that stay."""
@@ -322,12 +350,17 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool) ->
         per_label[labels[row["run_id"]]][row["spec"].get("seed")].update(_accuracies(row))
     mixed = any(row["spec"].get("corruption") == MIXED for row in rows)
     present = {column for seeds in per_label.values() for values in seeds.values() for column in values}
-    columns = table_columns(groups, mixed, present)
+    shown = [name for name in BENCHMARK if name in present]
+    if by_seed:
+        columns = seed_columns({seed for seeds in per_label.values() for seed in seeds}, shown)
+        line_cells = functools.partial(_seed_line_cells, members=shown)
+    else:
+        columns, line_cells = table_columns(groups, mixed, present), _line_cells
     methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), _natural(label)))
-    cells = {(m, c): cell for m in methods for c, cell in _line_cells(per_label[m], columns).items()}
+    cells = {(m, c): cell for m in methods for c, cell in line_cells(per_label[m], columns).items()}
     table = Table(*key, columns=columns, methods=methods, cells=cells)
     _mark_worse(table, _baselines(table, method_of, setting_of))
-    _missing_notes(table, per_label)
+    _missing_notes(table, per_label, shown if by_seed else [c for c in BENCHMARK if c in columns])
     if ignored:
         table.notes.append(f"{ignored} run(s) on corruptions outside the 15 of the benchmark are not shown.")
     return table
@@ -337,11 +370,13 @@ def build_tables(
     rows: Iterable[Mapping[str, Any]],
     *,
     groups: bool = False,
+    by_seed: bool = False,
     **filters: Any,
 ) -> list[Table]:
     """One :class:`Table` per (dataset, model, protocol, severity) among the rows that pass the filters
     (those of :func:`select_rows`), in sorted order, leaving out settings with no run on the 15.
-    ``groups=True`` gives the Noise/Blur/Weather/Digital means instead of the corruptions.
+    ``groups=True`` gives the Noise/Blur/Weather/Digital means instead of the corruptions; ``by_seed=True``
+    one column per seed (its average), then the average over seeds.
     """
     selected = select_rows(rows, **filters)
     by_key: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
@@ -349,7 +384,7 @@ def build_tables(
         spec = row["spec"]
         by_key[spec.get("dataset"), spec.get("model"), spec.get("protocol"), spec.get("severity")].append(row)
     ordered = sorted(by_key, key=lambda k: tuple(map(str, k)))
-    tables = [_build_table(key, by_key[key], groups) for key in ordered]
+    tables = [_build_table(key, by_key[key], groups, by_seed) for key in ordered]
     return [table for table in tables if table.methods]  # a setting run only on the extra corruptions
 
 

@@ -33,7 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--grid", metavar="YAML", help="keep only the runs of this grid file (as `zerosiam bench` ran it)"
     )
-    parser.add_argument("--groups", action="store_true", help="Noise/Blur/Weather/Digital means as columns")
+    columns = parser.add_mutually_exclusive_group()
+    columns.add_argument("--groups", action="store_true", help="Noise/Blur/Weather/Digital means as columns")
+    columns.add_argument(
+        "--by-seed",
+        action="store_true",
+        help="one column per seed (its average over the corruptions), then the average over seeds",
+    )
     parser.add_argument(
         "--out", metavar="DIR", help="folder for table.md, table.csv, table.tex and the figures"
     )
@@ -91,7 +97,7 @@ def run_report(args: argparse.Namespace) -> int:
         if wanted is None:
             return 2
         rows = [row for row in rows if row["run_id"] in wanted]
-    tables = report.build_tables(rows, groups=args.groups)
+    tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
         return 1
