@@ -323,8 +323,8 @@ def _baselines(table: Table, method_of: Mapping[str, str], setting_of: Mapping[s
 def _missing_notes(
     table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]], covered: Sequence[str]
 ) -> None:
-    """One note per line whose means are blank because some of the ``covered`` corruptions (all 15 when
-    empty: a table of group means) are missing."""
+    """One note per line whose means are blank because some of the ``covered`` corruptions (those any line
+    has; all 15 when none has any) are missing."""
     covered = list(covered) or list(BENCHMARK)
     for method in table.methods:
         present = {column for values in per_label[method].values() for column in values}
@@ -360,7 +360,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     cells = {(m, c): cell for m in methods for c, cell in line_cells(per_label[m], columns).items()}
     table = Table(*key, columns=columns, methods=methods, cells=cells)
     _mark_worse(table, _baselines(table, method_of, setting_of))
-    _missing_notes(table, per_label, shown if by_seed else [c for c in BENCHMARK if c in columns])
+    _missing_notes(table, per_label, shown)
     if ignored:
         table.notes.append(f"{ignored} run(s) on corruptions outside the 15 of the benchmark are not shown.")
     return table
