@@ -340,8 +340,8 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     """The table of one (dataset, model, protocol, severity) from its rows. Runs on the extra corruptions
     (e.g. a sweep on the held-out set) are left out before labelling, so that they neither add empty lines
     nor lengthen the labels of the lines that stay."""
-    shown = [row for row in rows if row["spec"].get("corruption") in (*BENCHMARK, MIXED)]
-    ignored, rows = len(rows) - len(shown), shown
+    kept = [row for row in rows if row["spec"].get("corruption") in (*BENCHMARK, MIXED)]
+    ignored, rows = len(rows) - len(kept), kept
     labels = run_labels(rows)
     method_of = {labels[row["run_id"]]: row["spec"]["method"] for row in rows}
     setting_of = {labels[row["run_id"]]: json.dumps(_settings(row["spec"]), sort_keys=True) for row in rows}
