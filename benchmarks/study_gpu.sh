@@ -3,6 +3,7 @@
 #
 #   OUT=/tmp/out bash benchmarks/study_gpu.sh 470 /tmp/study.db          # seconds; the working store
 #   DEVICE=cpu WORKERS=2 LIMIT=64 GRIDS=label_shift bash benchmarks/study_gpu.sh 900 /tmp/try.db  # a try
+#   GRIDS="batch1 my/part.yaml" STACK_WORKERS=6 bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
 #
 # The working store starts as a copy of the committed docs/results/study.db, so a fresh machine goes on
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
@@ -47,8 +48,9 @@ select_rates() {  # select_rates MODEL METHODS WORKERS: the rates of METHODS on 
     --db "$db" --workers "$3" --device "$device" ${LIMIT:+--limit $LIMIT}
 }
 
-bench() {  # bench GRID [WORKERS]: one grid file of docs/results/grids with the selected rates, batch-1 stacked
-  python -m zerosiam bench --grid "docs/results/grids/$1.yaml" --db "$db" --device "$device" \
+bench() {  # bench GRID [WORKERS]: a grid of docs/results/grids (or a .yaml path) with the selected rates, batch-1 stacked
+  local grid=$1; [[ $grid == *.yaml ]] || grid=docs/results/grids/$grid.yaml
+  python -m zerosiam bench --grid "$grid" --db "$db" --device "$device" \
     --workers "${2:-$workers}" --no-report --stack ${LIMIT:+--limit $LIMIT}
 }
 
@@ -73,7 +75,8 @@ wait"
 for grid in ${GRIDS:-label_shift batch1 blind_spot mild_mixed label_shift_seeds ablation_compositions \
     ablation_predictor ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective}; do
   # a stacked task (15 runs of 10,000 steps) is stored when it ends: few at once, so that some end in time
-  case $grid in batch1|blind_spot) step "$grid" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$grid" "bench $grid" ;; esac
+  name=$(basename "$grid" .yaml)
+  case $name in batch1*|blind_spot*) step "$name" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$name" "bench $grid" ;; esac
 done
 python benchmarks/study_export.py "$db" "$out/study.db"
 python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$out/study.db"
