@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import needs_assets
-from zerosiam.bench.grid import Grid, execute, tasks_of
-from zerosiam.bench.store import ResultStore
+from zerosiam.bench import grid as grid_module
+from zerosiam.bench.grid import Execution, Grid, Progress, execute, tasks_of, throttled
+from zerosiam.bench.store import Failure, ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,3 +193,52 @@ def test_a_stacked_grid_stores_what_the_unstacked_one_does(fake_domains, tiny_mo
         mine, theirs = stacked.get(spec.run_id), alone.get(spec.run_id)
         assert mine["metrics"]["accuracy"] == pytest.approx(theirs["metrics"]["accuracy"])
         assert mine["metrics"]["streams"] == 2 and "streams" not in theirs["metrics"]
+
+
+def test_a_task_reports_its_first_and_last_step_and_one_per_period_between():
+    sent: list[Progress] = []
+    report = throttled(sent.append, every=3600)
+    for done in range(1, 101):
+        report(done, 100)
+    assert sent == [Progress(1, 100), Progress(100, 100)]
+    every_step: list[Progress] = []
+    report = throttled(every_step.append, every=0)
+    for done in range(1, 4):
+        report(done, 3)
+    assert every_step == [Progress(1, 3), Progress(2, 3), Progress(3, 3)]
+    assert str(Progress(2500, 10000)) == "2,500/10,000 steps"
+
+
+def _steps_shown(shown: list[list[Progress]]) -> list[Progress]:
+    return [progress for running in shown for progress in running]
+
+
+def test_an_inline_grid_shows_each_tasks_steps_and_clears_them_when_it_ends(fake_domains, tiny_model):
+    specs = Grid(models=["resnet20"], methods=["tent"], corruptions=["fog", "snow"],
+                 protocols=["bs1", "mild"], hparams={"lr": 0.05}).specs()  # fmt: skip
+    shown: list[list[Progress]] = []
+    outcomes: list = []
+    tasks = tasks_of(specs, stack=True)
+    grid_module._run_inline(tasks, Execution(backend="inline"), outcomes.append, shown.append)
+    assert len(outcomes) == 4 and not any(isinstance(o, Failure) for o in outcomes)
+    steps = _steps_shown(shown)
+    bs1, mild = 50, 1  # 50 fake images: one image a step, or one batch of 64
+    assert steps[0] == Progress(1, bs1) and Progress(bs1, bs1) in steps
+    assert steps.count(Progress(1, mild)) == 2  # the two mild runs, one step each
+    assert shown[-1] == []  # nothing is running at the end
+
+
+@needs_assets()
+def test_local_workers_send_their_steps_to_the_driver(tmp_path):
+    """The real pipe between the driver and a spawned worker: the stacked task's steps arrive in order,
+    the last before its results."""
+    specs = Grid(models=["resnet26_gn"], methods=["tent"], corruptions=["gaussian_noise", "shot_noise"],
+                 protocols=["bs1"], limit=40).specs()  # fmt: skip
+    shown: list[list[Progress]] = []
+    outcomes: list = []
+    grid_module._run_local(tasks_of(specs, stack=True), Execution(workers=1), outcomes.append, shown.append)
+    assert len(outcomes) == 2 and not any(isinstance(o, Failure) for o in outcomes)
+    steps = _steps_shown(shown)
+    assert steps[0] == Progress(1, 40) and steps[-1] == Progress(40, 40)
+    assert [p.done for p in steps] == sorted(p.done for p in steps)
+    assert shown[-1] == []

@@ -12,6 +12,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from zerosiam import corruptions
 from zerosiam.bench import datasets
 from zerosiam.bench.device import resolve_device
 from zerosiam.bench.memory import fix_mmap_threshold
-from zerosiam.bench.runner import STACKED_PROTOCOLS, Result, RunSpec, check_prelude, run_stacked
+from zerosiam.bench.runner import STACKED_PROTOCOLS, Report, Result, RunSpec, check_prelude, run_stacked
 from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_deferred
 from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.methods import get_recipe, options_of
@@ -241,6 +242,37 @@ Task = list[dict[str, Any]]  # what a worker runs at once: one spec, or specs st
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far a running task is: ``done`` of its ``total`` steps. A stacked batch-size-1 task or a
+    mixed run stores nothing for up to an hour; without this the grid's bar would not move."""
+
+    done: int
+    total: int
+
+    def __str__(self) -> str:
+        return f"{self.done:,}/{self.total:,} steps"
+
+
+Show = Callable[[list[Progress]], None]  # the running tasks' progress, to display
+REPORT_EVERY = 2.0  # seconds between a task's progress messages
+
+
+def throttled(send: Callable[[Progress], None], every: float = REPORT_EVERY) -> Report:
+    """A ``Report`` that passes a task's first step and its last, and otherwise one step per ``every``
+    seconds, to ``send``: a message per step would cost more than some steps."""
+    last = -float("inf")
+
+    def report(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if done in (1, total) or now - last >= every:
+            last = now
+            send(Progress(done, total))
+
+    return report
+
+
+@dataclass(frozen=True)
 class Execution:
     """Where and how a grid's runs execute; none of it is part of a run's identity."""
 
@@ -252,23 +284,23 @@ class Execution:
     gpus_per_run: float = 0.0  # Ray's GPU resources per run (fractions share a GPU)
 
 
-def _execute(task: Task, threads: int, device: str) -> list[Outcome]:
+def _execute(task: Task, threads: int, device: str, report: Report | None = None) -> list[Outcome]:
     """Worker entry point: one run, or runs stacked as streams, with ``threads`` intra-op threads on
-    ``device`` (picklable, for pools and Ray)."""
+    ``device`` (picklable, for pools and Ray); ``report`` hears of its steps."""
     import torch
 
     torch.set_num_threads(threads)
     fix_mmap_threshold()
     specs = [RunSpec.from_dict(values) for values in task]
-    results: list[Result] = run_stacked(specs, device=resolve_device(device))
+    results: list[Result] = run_stacked(specs, device=resolve_device(device), report=report)
     return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
 
 
-def _attempt(task: Task, threads: int, device: str) -> list[Outcome]:
+def _attempt(task: Task, threads: int, device: str, report: Report | None = None) -> list[Outcome]:
     """``_execute``, with an exception turned into a ``Failure`` of each of the task's runs, so that one
     bad run never ends a grid."""
     try:
-        return _execute(task, threads, device)
+        return _execute(task, threads, device, report)
     except Exception as error:
         return [Failure.of(values, error) for values in task]
 
@@ -344,6 +376,9 @@ def execute(
     failures = []
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", disable=not progress)
 
+    def show(running: list[Progress]) -> None:
+        bar.set_postfix_str(", ".join(map(str, running)))
+
     def store_outcome(outcome: Outcome) -> None:
         """Called by the backend with signals deferred: a run that finished is stored, whatever comes."""
         if isinstance(outcome, Failure):
@@ -355,7 +390,7 @@ def execute(
         bar.update(1)
 
     execution = Execution(backend, workers, threads, address, device, gpus_per_run)
-    runner(tasks_of(todo, stack), execution, store_outcome)
+    runner(tasks_of(todo, stack), execution, store_outcome, show)
     bar.close()
     return len(todo), failures
 
@@ -365,12 +400,13 @@ def default_workers(threads: int) -> int:
 
 
 def _worker(connection: Connection, threads: int, device: str) -> None:
-    """A local worker process: runs the tasks it is sent, one at a time, and sends back their outcomes.
-    Ctrl-C reaches the whole process group; the driver handles it and stops the workers."""
+    """A local worker process: runs the tasks it is sent, one at a time, and sends back the ``Progress``
+    of each, then its outcomes. Ctrl-C reaches the whole process group; the driver handles it and stops
+    the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(EOFError):  # the driver is gone (even killed): so is the work
+    with contextlib.suppress(EOFError, BrokenPipeError):  # the driver is gone (even killed): so is the work
         while (task := connection.recv()) is not None:
-            connection.send(_attempt(task, threads, device))
+            connection.send(_attempt(task, threads, device, throttled(connection.send)))
 
 
 @dataclass
@@ -378,9 +414,10 @@ class _Worker:
     process: multiprocessing.process.BaseProcess
     connection: Connection
     task: Task | None = None  # what it is running now
+    progress: Progress | None = None  # how far it is, as it last said
 
 
-def _run_local(todo: list[Task], execution: Execution, sink: Sink) -> None:
+def _run_local(todo: list[Task], execution: Execution, sink: Sink, show: Show) -> None:
     """Worker processes (spawned: no fork of a threaded torch), each handed one task at a time; with
     ``device="cuda"`` and several GPUs, worker i computes on GPU i (one worker per visible GPU).
 
@@ -411,7 +448,7 @@ def _run_local(todo: list[Task], execution: Execution, sink: Sink) -> None:
                     if not worker.process.is_alive():  # died between runs: nothing of ours was lost
                         _stop(worker)
                         pool[index] = worker = start(index)
-                    worker.task = queue.popleft()
+                    worker.task, worker.progress = queue.popleft(), None
                     worker.connection.send(worker.task)
             busy = [w for w in pool if w.task is not None]
             wait([*(w.connection for w in busy), *(w.process.sentinel for w in busy)])
@@ -426,6 +463,7 @@ def _run_local(todo: list[Task], execution: Execution, sink: Sink) -> None:
                         pool[index] = start(index)
                     for outcome in outcomes:
                         sink(outcome)
+            show([w.progress for w in pool if w.task is not None and w.progress is not None])
     finally:
         for worker in pool:
             _stop(worker)
@@ -433,12 +471,16 @@ def _run_local(todo: list[Task], execution: Execution, sink: Sink) -> None:
 
 def _collect(worker: _Worker) -> list[Outcome] | None:
     """The outcomes of the worker's task if they are there now: its results, or a ``Failure`` of each
-    of its runs if it died."""
+    of its runs if it died. A ``Progress`` message is kept on the worker."""
     if worker.task is None:
         return None
     try:
         if worker.connection.poll():
-            return worker.connection.recv()
+            message = worker.connection.recv()
+            if not isinstance(message, Progress):
+                return message
+            worker.progress = message
+            return None
     except (EOFError, OSError):
         pass
     else:
@@ -467,9 +509,10 @@ def _stop(worker: _Worker) -> None:
     worker.connection.close()
 
 
-def _run_ray(todo: list[Task], execution: Execution, sink: Sink) -> None:
+def _run_ray(todo: list[Task], execution: Execution, sink: Sink, show: Show) -> None:
     """One Ray task per task of runs; the driver collects results as they finish and writes them. A task
-    that raises, or whose worker dies, is a ``Failure`` of each of its runs."""
+    that raises, or whose worker dies, is a ``Failure`` of each of its runs. Ray tasks do not report
+    their steps (``show`` is not called)."""
     try:
         import ray
     except ImportError:
@@ -503,13 +546,15 @@ def _run_ray(todo: list[Task], execution: Execution, sink: Sink) -> None:
             ray.shutdown()
 
 
-def _run_inline(todo: list[Task], execution: Execution, sink: Sink) -> None:
+def _run_inline(todo: list[Task], execution: Execution, sink: Sink, show: Show) -> None:
     """Tasks one after another in this process: for debugging and tests (peak memory is the process's)."""
+    report = throttled(lambda progress: show([progress]))
     for task in todo:
-        outcomes = _attempt(task, execution.threads, execution.device)
+        outcomes = _attempt(task, execution.threads, execution.device, report)
         with signals_deferred():
             for outcome in outcomes:
                 sink(outcome)
+        show([])
 
 
 def worker_devices(execution: Execution) -> list[str]:

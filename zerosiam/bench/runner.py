@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +185,9 @@ def _method_extras(method: str, spec: RunSpec) -> dict[str, Any]:
     return {"clean_data": list(x.split(spec.batch_size))}
 
 
+Report = Callable[[int, int], None]  # steps done, steps in all
+
+
 def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu") -> Result:
     """Execute one run on ``device`` and measure it.
 
@@ -197,12 +200,17 @@ def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu
 
 
 def run_stacked(
-    specs: Sequence[RunSpec], progress: bool = False, device: str | torch.device = "cpu"
+    specs: Sequence[RunSpec],
+    progress: bool = False,
+    device: str | torch.device = "cpu",
+    report: Report | None = None,
 ) -> list[Result]:
     """Execute runs that differ only in their corruption as stacked streams of one adapter
     (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
     the batch-size-1 protocols affordable. Each run's result is what ``run`` gives it, up to float
     rounding; its ``seconds`` are its share of the wall time and ``streams`` says how many shared it.
+    ``report(done, total)`` hears of every step: such a task can run for an hour, and a grid's workers
+    tell their driver how far along they are.
     """
     device = torch.device(device)
     spec = check_stackable(specs)
@@ -227,6 +235,8 @@ def run_stacked(
         hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
         for score, stream_batches, stream_hits in zip(scores, batches, hits, strict=True):
             score.add(index, *stream_batches.bounds[index], stream_hits)
+        if report is not None:
+            report(index + 1, len(steps))
     if stacked[0].frozen_rows is not None:  # the blind spot: the adapted models frozen, on the whole sets
         frozen = stacked_frozen_hits(adapter.predict, stacked, [s.frozen_rows for s in stacked], device)
         for score, hits in zip(scores, frozen, strict=True):
