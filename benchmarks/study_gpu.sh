@@ -3,7 +3,7 @@
 #
 #   OUT=/tmp/out bash benchmarks/study_gpu.sh 470 /tmp/study.db          # seconds; the working store
 #   DEVICE=cpu WORKERS=2 LIMIT=64 GRIDS=label_shift bash benchmarks/study_gpu.sh 900 /tmp/try.db  # a try
-#   GRIDS="batch1 my/part.yaml" STACK_WORKERS=6 bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
+#   GRIDS="batch1 my/part.yaml" bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
 #
 # The working store starts as a copy of the committed docs/results/study.db, so a fresh machine goes on
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
@@ -74,7 +74,8 @@ wait"
 # what the 2-core machine cannot do first: the batch-1 tables (stacked: 15 corruptions per process)
 for grid in ${GRIDS:-label_shift batch1 blind_spot mild_mixed label_shift_seeds ablation_compositions \
     ablation_predictor ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective}; do
-  # a stacked task (15 runs of 10,000 steps) is stored when it ends: few at once, so that some end in time
+  # a stacked task (15 runs of 10,000 steps) is stored when it ends: few at once, so that some end in time;
+  # on an H100, 4 at once slowed each other by about 5 %, 12 at once shared it (one of 12 ended in 543 s)
   name=$(basename "$grid" .yaml)
   case $name in batch1*|blind_spot*) step "$name" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$name" "bench $grid" ;; esac
 done
