@@ -52,6 +52,14 @@ def test_blind_spot_scores_the_frozen_model_on_the_whole_set(fake_domains, tiny_
     assert unadapted == runner.run(_spec(protocol="mild", method="noadapt")).metrics["accuracy"]
 
 
+def test_the_blind_spot_reports_its_frozen_pass_as_steps_after_the_streams(fake_domains, tiny_model):
+    heard: list[tuple[int, int]] = []
+    specs = [_spec(protocol="blind_spot", corruption=name, hparams={"lr": 1e-2}) for name in ("fog", "snow")]
+    runner.run_stacked(specs, report=lambda done, total: heard.append((done, total)))
+    steps, frozen = 50, 1  # one image a step; the 50 images scored frozen in one batch of 64
+    assert heard == [(done, steps + frozen) for done in range(1, steps + frozen + 1)]
+
+
 def test_the_blind_spot_finds_the_source_models_mistakes_once(fake_domains, tiny_model, monkeypatch):
     passes = []
     find = mistakes.source_mistakes

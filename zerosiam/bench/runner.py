@@ -42,6 +42,7 @@ from zerosiam.protocols.build import (
     PROTOCOLS,
     Stream,
     build_stream,
+    frozen_batches,
     gather_batch,
     stacked_frozen_hits,
     subsample,
@@ -209,7 +210,8 @@ def run_stacked(
     (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
     the batch-size-1 protocols affordable. Each run's result is what ``run`` gives it, up to float
     rounding; its ``seconds`` are its share of the wall time and ``streams`` says how many shared it.
-    ``report(done, total)`` hears of every step: such a task can run for an hour, and a grid's workers
+    ``report(done, total)`` hears of every step, and of every batch of the blind spot's final frozen
+    pass (counted as steps after the stream's): such a task can run for an hour, and a grid's workers
     tell their driver how far along they are.
     """
     device = torch.device(device)
@@ -227,6 +229,8 @@ def run_stacked(
     start = time.perf_counter()
     loaders = [iter(b.loader(device, shared_by=len(specs))) for b in batches]
     steps = tqdm(range(len(batches[0])), desc=spec.method, leave=False, disable=not progress)
+    frozen_rows = [s.frozen_rows for s in stacked if s.frozen_rows is not None]
+    total = len(steps) + (len(frozen_batches(stacked[0], frozen_rows[0])) if frozen_rows else 0)
     for index in steps:
         asked = time.perf_counter()
         data = [next(loader) for loader in loaders]  # decoded ahead by the loaders' workers, in order
@@ -236,9 +240,10 @@ def run_stacked(
         for score, stream_batches, stream_hits in zip(scores, batches, hits, strict=True):
             score.add(index, *stream_batches.bounds[index], stream_hits)
         if report is not None:
-            report(index + 1, len(steps))
-    if stacked[0].frozen_rows is not None:  # the blind spot: the adapted models frozen, on the whole sets
-        frozen = stacked_frozen_hits(adapter.predict, stacked, [s.frozen_rows for s in stacked], device)
+            report(index + 1, total)
+    if frozen_rows:  # the blind spot: the adapted models frozen, on the whole sets
+        scored = None if report is None else lambda done: report(len(steps) + done, total)
+        frozen = stacked_frozen_hits(adapter.predict, stacked, frozen_rows, device, scored)
         for score, hits in zip(scores, frozen, strict=True):
             score.frozen(hits)
     seconds = (time.perf_counter() - start) / len(specs)

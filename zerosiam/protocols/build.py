@@ -193,25 +193,35 @@ def frozen_hits(
     return stacked_frozen_hits(predict, [stream], [rows], device)[0]
 
 
+def frozen_batches(stream: Stream, rows: np.ndarray) -> list[tuple[int, int]]:
+    """The bounds in ``rows`` of the batches that frozen scoring forwards: the stream's batch size, or
+    ``FROZEN_BATCH`` if larger."""
+    return list(itertools.pairwise(streams.batches(rows, max(stream.batch_size, FROZEN_BATCH))))
+
+
 def stacked_frozen_hits(
     predict: Predict,
     stacked: Sequence[Stream],
     rows: Sequence[np.ndarray],
     device: torch.device | str = "cpu",
+    scored: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
     """``frozen_hits`` of several streams at once, for a ``predict`` of stacked streams: each batch holds
-    every stream's next rows, stream-major. The streams must have as many rows to score."""
+    every stream's next rows, stream-major. The streams must have as many rows to score. ``scored(n)``
+    hears when the first ``n`` of the ``frozen_batches`` are done: over 15 corruptions this pass is
+    150,000 images, minutes that a progress bar should show."""
     if len({len(r) for r in rows}) > 1:
         raise ValueError(f"stacked streams score as many rows each, got {sorted({len(r) for r in rows})}")
-    size = max(stacked[0].batch_size, FROZEN_BATCH)
     hits = []
     with torch.no_grad():
-        for a, b in itertools.pairwise(streams.batches(rows[0], size)):
+        for done, (a, b) in enumerate(frozen_batches(stacked[0], rows[0]), 1):
             gathered = [gather_batch(stream, own[a:b]) for stream, own in zip(stacked, rows, strict=True)]
             x, y = to_device(
                 *(torch.cat(parts) for parts in zip(*gathered, strict=True)), torch.device(device)
             )
             hits.append((predict(x).argmax(1) == y).view(len(stacked), -1))
+            if scored is not None:
+                scored(done)
     if not hits:
         return [np.zeros(0, bool) for _ in stacked]
     return list(torch.cat(hits, 1).cpu().numpy())
