@@ -14,6 +14,7 @@ import torch
 from tests.bench.conftest import TinyLN, fake_load
 from zerosiam import corruptions
 from zerosiam.bench import mistakes, runner
+from zerosiam.bench.checkpoint import RunCheckpoint
 from zerosiam.bench.runner import RunSpec, stream_for
 from zerosiam.protocols import streams
 
@@ -175,3 +176,112 @@ def test_runs_that_cannot_share_an_adapter_are_refused(fake_domains, tiny_model)
     mlp = {"predictor": "mlp"}
     with pytest.raises(ValueError, match="MLPPredictor predictor does not stack"):
         runner.run_stacked([dataclasses.replace(s, method="zerosiam", hparams=mlp) for s in (fog, snow)])
+
+
+class _Stop(Exception):
+    """A stand-in for the signal that ends a session part-way through a run."""
+
+
+def _stopped_at(step: int):
+    def report(done: int, total: int) -> None:
+        if done == step:
+            raise _Stop
+
+    return report
+
+
+class _Confident(TinyLN):
+    """TinyLN made sure of itself (the filtering methods then learn), with a norm before the final one
+    (SAR's, DeYO's and COME's parameters leave the final norm alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.LayerNorm(48)
+        with torch.no_grad():
+            self.fc.weight.mul_(20)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.norm(self.stem(x.flatten(1))))
+
+
+def _same_runs(resumed: list[runner.Result], straight: list[runner.Result]) -> None:
+    """Equal to the last bit: every count, accuracy and curve (NaN where the other has NaN)."""
+    for mine, theirs in zip(resumed, straight, strict=True):
+        for key in ("accuracy", "samples", "steps", "updates", "recoveries", "per_domain"):
+            assert mine.metrics.get(key) == theirs.metrics.get(key), key
+        assert mine.curves.keys() == theirs.curves.keys()
+        for key, curve in theirs.curves.items():
+            np.testing.assert_array_equal(mine.curves[key], curve, err_msg=key)
+
+
+@pytest.mark.parametrize(
+    "method, protocol, corruptions",
+    [
+        ("tent", "mild", ["fog"]),
+        ("zerosiam", "label_shift", ["fog"]),
+        ("sar", "mild", ["fog"]),  # its EMA and resets
+        ("eata", "mild", ["fog"]),  # its moving mean of kept predictions
+        ("deyo", "mild", ["fog"]),  # its random patch shuffles
+        ("come", "mild", ["fog"]),
+        ("zerosiam", "bs1", ["fog", "snow"]),  # stacked streams
+        ("tent", "blind_spot", ["fog", "snow"]),  # and the frozen pass after the stream
+    ],
+)
+def test_a_stopped_run_goes_on_from_its_checkpoint_to_the_result_of_one_never_stopped(
+    fake_domains, monkeypatch, tmp_path, method, protocol, corruptions
+):
+    monkeypatch.setattr(
+        runner.zerosiam, "load_model", lambda name: _Confident()
+    )  # the filtering methods then learn
+    batch = 1 if protocol in runner.STACKED_PROTOCOLS else 8
+    specs = [
+        _spec(method=method, protocol=protocol, corruption=name, batch_size=batch, hparams={"lr": 0.05})
+        for name in corruptions
+    ]
+    straight = runner.run_stacked(specs)
+    assert all(r.metrics["updates"] > 0 for r in straight)
+    ids = tuple(spec.run_id for spec in specs)
+    with pytest.raises(_Stop):
+        runner.run_stacked(specs, report=_stopped_at(4), checkpoint=RunCheckpoint(tmp_path, ids, every=0))
+    checkpoint = RunCheckpoint(tmp_path, ids, every=3600)
+    assert checkpoint.path.exists()
+    resumed = runner.run_stacked(specs, checkpoint=checkpoint)
+    _same_runs(resumed, straight)
+    assert all(r.metrics["resumed_from_step"] == 4 for r in resumed)
+    assert "resumed_from_step" not in straight[0].metrics
+
+
+def test_a_checkpoint_that_cannot_be_used_is_a_warning_and_the_run_starts_over(
+    fake_domains, tiny_model, tmp_path
+):
+    spec = _spec(batch_size=8, hparams={"lr": 0.05})
+    straight = runner.run_stacked([spec])
+    other = dataclasses.replace(spec, seed=1)
+    theirs = RunCheckpoint(tmp_path, (other.run_id,), every=0)
+    with pytest.raises(_Stop):
+        runner.run_stacked([other], report=_stopped_at(3), checkpoint=theirs)
+    mine = RunCheckpoint(tmp_path, (spec.run_id,), every=0)
+    os.replace(theirs.path, mine.path)  # another run's progress under this run's name
+    with pytest.warns(UserWarning, match="of other runs"):
+        again = runner.run_stacked([spec], checkpoint=mine)
+    _same_runs(again, straight)
+    assert "resumed_from_step" not in again[0].metrics
+    mine.path.write_bytes(b"cut short")
+    with pytest.warns(UserWarning, match="unreadable"):
+        _same_runs(runner.run_stacked([spec], checkpoint=mine), straight)
+
+
+def test_a_run_with_a_prelude_runs_whole_and_leaves_no_checkpoint(fake_domains, tiny_model, tmp_path):
+    spec = _spec(batch_size=8, prelude={"method": "tent", "steps": 2})
+    checkpoint = RunCheckpoint(tmp_path, (spec.run_id,), every=0)
+    runner.run_stacked([spec], checkpoint=checkpoint)
+    assert not checkpoint.path.exists()
+
+
+def test_a_checkpoint_write_that_fails_is_a_warning_and_the_run_goes_on(fake_domains, tiny_model, tmp_path):
+    spec = _spec(batch_size=8, hparams={"lr": 0.05})
+    blocked = tmp_path / "a file"
+    blocked.write_text("not a folder")
+    with pytest.warns(UserWarning, match="could not write checkpoint"):
+        results = runner.run_stacked([spec], checkpoint=RunCheckpoint(blocked, (spec.run_id,), every=0))
+    _same_runs(results, [runner.run(spec)])

@@ -143,6 +143,32 @@ def test_sigterm_stops_the_grid_keeps_finished_rows_and_says_how_to_resume(tmp_p
     assert sorted(run_ids(db)) == sorted(set(run_ids(db))) and len(run_ids(db)) == 3
 
 
+def test_a_run_stopped_part_way_goes_on_from_its_checkpoint_to_the_same_row(tmp_path):
+    axes = ["--corruptions", "gaussian_noise", "--protocols", "mild", "--methods", "zerosiam",
+            "--limit", "2000", "--checkpoint-every", "0.2"]  # fmt: skip
+    db, reference = tmp_path / "r.db", tmp_path / "reference.db"
+    folder = tmp_path / "r.db.checkpoints"
+    process = bench(db, *axes)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(folder.glob("*.pt")):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    code, _, err = finish(process, timeout=60)
+    assert code == 143 and not run_ids(db), err[-2000:]  # stopped inside its one run
+    [checkpoint] = folder.glob("*.pt")
+
+    code, _, err = finish(bench(db, *axes))
+    assert code == 0, err[-2000:]
+    assert not checkpoint.exists()  # the run is stored: its checkpoint is gone
+    code, _, err = finish(bench(reference, *axes[:-2]))  # never stopped, never checkpointed
+    assert code == 0, err[-2000:]
+    [resumed], [straight] = ResultStore(db).rows("vision"), ResultStore(reference).rows("vision")
+    assert resumed["metrics"]["resumed_from_step"] > 0 and "resumed_from_step" not in straight["metrics"]
+    assert resumed["metrics"]["accuracy"] == straight["metrics"]["accuracy"]
+    assert resumed["curves"] == straight["curves"]
+    assert not (tmp_path / "reference.db.checkpoints").exists()
+
+
 BAD_FLAGS = [
     (["--limit", "-5"], "argument --limit: expected a positive integer, got -5"),
     (["--batch-size", "0"], "argument --batch-size: expected a positive integer, got 0"),
@@ -156,6 +182,7 @@ BAD_FLAGS = [
     (["--dataset", "cifar100c"], "unknown dataset 'cifar100c'; choose one of cifar10c, imagenetc"),
     (["--methods", "tent", "--set", "alpha=2"], "option 'alpha' does not apply to method 'tent'; it takes"),
     (["--grid", "missing.yaml"], "grid file 'missing.yaml' does not exist"),
+    (["--checkpoint-every", "-1"], "argument --checkpoint-every: expected a number of zero or more, got -1"),
     (["--device", "gpu"], "argument --device: unknown device 'gpu'; choose one of auto, cpu, cuda, cuda:N"),
 ]
 

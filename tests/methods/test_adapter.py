@@ -110,6 +110,7 @@ def test_checkpoint_resumes_the_same_trajectory(tiny_gn: TinyGN):
     fresh.reset()
     fresh.load_state_dict(state)
     assert all(torch.equal(fresh(x), e) for x, e in zip(stream[3:], expected[3:], strict=True))
+    assert fresh.steps == 6 and fresh.history == straight.history  # the record goes on too
     with pytest.raises(ValueError, match="method 'zerosiam'"):
         zerosiam.adapt(copy.deepcopy(twin), "tent", lr=1e-2).load_state_dict(state)
 

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from zerosiam import corruptions
 from zerosiam.bench import datasets
+from zerosiam.bench.checkpoint import CHECKPOINT_EVERY, Checkpointing
 from zerosiam.bench.device import resolve_device
 from zerosiam.bench.memory import fix_mmap_threshold
 from zerosiam.bench.runner import STACKED_PROTOCOLS, Report, Result, RunSpec, check_prelude, run_stacked
@@ -282,25 +283,42 @@ class Execution:
     address: str | None = None  # a Ray cluster
     device: str = "cpu"  # auto, cpu, cuda, cuda:N
     gpus_per_run: float = 0.0  # Ray's GPU resources per run (fractions share a GPU)
+    checkpointing: Checkpointing | None = None  # where tasks save their progress, if they do
 
 
-def _execute(task: Task, threads: int, device: str, report: Report | None = None) -> list[Outcome]:
+def _execute(
+    task: Task,
+    threads: int,
+    device: str,
+    report: Report | None = None,
+    checkpointing: Checkpointing | None = None,
+) -> list[Outcome]:
     """Worker entry point: one run, or runs stacked as streams, with ``threads`` intra-op threads on
-    ``device`` (picklable, for pools and Ray); ``report`` hears of its steps."""
+    ``device`` (picklable, for pools and Ray); ``report`` hears of its steps. With ``checkpointing``
+    the task saves its progress as it goes, and goes on from there if it was stopped before."""
     import torch
 
     torch.set_num_threads(threads)
     fix_mmap_threshold()
     specs = [RunSpec.from_dict(values) for values in task]
-    results: list[Result] = run_stacked(specs, device=resolve_device(device), report=report)
+    checkpoint = checkpointing.of(run_ids_of(task)) if checkpointing is not None else None
+    results: list[Result] = run_stacked(
+        specs, device=resolve_device(device), report=report, checkpoint=checkpoint
+    )
     return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
 
 
-def _attempt(task: Task, threads: int, device: str, report: Report | None = None) -> list[Outcome]:
+def _attempt(
+    task: Task,
+    threads: int,
+    device: str,
+    report: Report | None = None,
+    checkpointing: Checkpointing | None = None,
+) -> list[Outcome]:
     """``_execute``, with an exception turned into a ``Failure`` of each of the task's runs, so that one
-    bad run never ends a grid."""
+    bad run never ends a grid (its checkpoint stays: a run killed by the machine goes on next time)."""
     try:
-        return _execute(task, threads, device, report)
+        return _execute(task, threads, device, report, checkpointing)
     except Exception as error:
         return [Failure.of(values, error) for values in task]
 
@@ -323,6 +341,10 @@ def tasks_of(specs: list[RunSpec], stack: bool, most: int = 15) -> list[Task]:
         if len(group) == most:
             del groups[key]
     return tasks
+
+
+def run_ids_of(task: Task) -> tuple[str, ...]:
+    return tuple(RunSpec.from_dict(values).run_id for values in task)
 
 
 def _stacks(spec: RunSpec) -> bool:
@@ -361,11 +383,15 @@ def execute(
     device: str = "cpu",
     gpus_per_run: float = 0.0,
     stack: bool = False,
+    checkpoint_every: float | None = CHECKPOINT_EVERY,
 ) -> tuple[int, list[Failure]]:
     """Run the specs that have no row yet, writing each result as it finishes and each failure as it
     happens; returns how many ran and the failures. A failed run does not stop the others. ``stack``
     runs batch-size-1 runs that differ only in their corruption as streams of one adapter
-    (``tasks_of``): the same results, up to float rounding, in a fraction of the time."""
+    (``tasks_of``): the same results, up to float rounding, in a fraction of the time. Every
+    ``checkpoint_every`` seconds (None: never) a task saves its progress beside the store, so that a
+    grid stopped part-way goes on with its unfinished runs from there; a task's checkpoint is removed
+    once all its runs are stored."""
     todo = pending(specs, store)
     if not todo:
         return 0, []
@@ -373,6 +399,9 @@ def execute(
     if runner is None:
         raise ValueError(f"unknown backend {backend!r}; choose one of {sorted(BACKENDS)}")
     prepare_data(todo)
+    tasks = tasks_of(todo, stack)
+    checkpointing = None if checkpoint_every is None else Checkpointing.beside(store.path, checkpoint_every)
+    task_ids = {run_id: ids for ids in map(run_ids_of, tasks) for run_id in ids}
     failures = []
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", disable=not progress)
 
@@ -386,11 +415,15 @@ def execute(
             failures.append(outcome)
         else:
             spec_values, metrics, curves, env = outcome
-            store.put(RunSpec.from_dict(spec_values).run_id, KIND, spec_values, metrics, curves, env)
+            run_id = RunSpec.from_dict(spec_values).run_id
+            store.put(run_id, KIND, spec_values, metrics, curves, env)
+            ids = task_ids[run_id]
+            if checkpointing is not None and all(map(store.has, ids)):
+                checkpointing.of(ids).remove()
         bar.update(1)
 
-    execution = Execution(backend, workers, threads, address, device, gpus_per_run)
-    runner(tasks_of(todo, stack), execution, store_outcome, show)
+    execution = Execution(backend, workers, threads, address, device, gpus_per_run, checkpointing)
+    runner(tasks, execution, store_outcome, show)
     bar.close()
     return len(todo), failures
 
@@ -399,14 +432,16 @@ def default_workers(threads: int) -> int:
     return max(1, (os.cpu_count() or 1) // threads)
 
 
-def _worker(connection: Connection, threads: int, device: str) -> None:
+def _worker(
+    connection: Connection, threads: int, device: str, checkpointing: Checkpointing | None = None
+) -> None:
     """A local worker process: runs the tasks it is sent, one at a time, and sends back the ``Progress``
     of each, then its outcomes. Ctrl-C reaches the whole process group; the driver handles it and stops
     the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(EOFError, BrokenPipeError):  # the driver is gone (even killed): so is the work
         while (task := connection.recv()) is not None:
-            connection.send(_attempt(task, threads, device, throttled(connection.send)))
+            connection.send(_attempt(task, threads, device, throttled(connection.send), checkpointing))
 
 
 @dataclass
@@ -434,7 +469,8 @@ def _run_local(todo: list[Task], execution: Execution, sink: Sink, show: Show) -
         ours, theirs = context.Pipe()
         device = devices[index % len(devices)] if devices else execution.device
         # not a daemon: its run may start DataLoader workers of its own; it ends with the driver's pipe
-        process = context.Process(target=_worker, args=(theirs, execution.threads, device))
+        args = (theirs, execution.threads, device, execution.checkpointing)
+        process = context.Process(target=_worker, args=args)
         process.start()
         theirs.close()
         return _Worker(process, ours)
@@ -530,7 +566,7 @@ def _run_ray(todo: list[Task], execution: Execution, sink: Sink, show: Show) -> 
         # with GPU resources, Ray makes the run's GPU the task's only visible one: "cuda" is that GPU
         device = "cuda" if execution.gpus_per_run > 0 else execution.device
         task = ray.remote(num_cpus=threads, num_gpus=execution.gpus_per_run, max_retries=0)(_attempt)
-        tasks = {task.remote(runs, threads, device): runs for runs in todo}
+        tasks = {task.remote(runs, threads, device, None, execution.checkpointing): runs for runs in todo}
         refs = list(tasks)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
@@ -550,7 +586,7 @@ def _run_inline(todo: list[Task], execution: Execution, sink: Sink, show: Show) 
     """Tasks one after another in this process: for debugging and tests (peak memory is the process's)."""
     report = throttled(lambda progress: show([progress]))
     for task in todo:
-        outcomes = _attempt(task, execution.threads, execution.device, report)
+        outcomes = _attempt(task, execution.threads, execution.device, report, execution.checkpointing)
         with signals_deferred():
             for outcome in outcomes:
                 sink(outcome)

@@ -27,6 +27,7 @@ from tqdm import tqdm
 import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench import datasets
+from zerosiam.bench.checkpoint import RunCheckpoint, random_state, restore_random_state
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
@@ -205,6 +206,7 @@ def run_stacked(
     progress: bool = False,
     device: str | torch.device = "cpu",
     report: Report | None = None,
+    checkpoint: RunCheckpoint | None = None,
 ) -> list[Result]:
     """Execute runs that differ only in their corruption as stacked streams of one adapter
     (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
@@ -213,6 +215,10 @@ def run_stacked(
     ``report(done, total)`` hears of every step, and of every batch of the blind spot's final frozen
     pass (counted as steps after the stream's): such a task can run for an hour, and a grid's workers
     tell their driver how far along they are.
+
+    With a ``checkpoint``, the task's progress is written every few minutes and a task started again
+    goes on from the last one, to the same result (its ``resumed_from_step`` says where it went on).
+    Runs with a prelude do not checkpoint: a relay's two legs have no one state to save.
     """
     device = torch.device(device)
     spec = check_stackable(specs)
@@ -225,12 +231,20 @@ def run_stacked(
         raise ValueError(f"stacked runs need streams of one length, got {sorted({len(b) for b in batches})}")
     adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs))
     scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
-    waited = 0.0
-    start = time.perf_counter()
-    loaders = [iter(b.loader(device, shared_by=len(specs))) for b in batches]
-    steps = tqdm(range(len(batches[0])), desc=spec.method, leave=False, disable=not progress)
+    if isinstance(adapter, Relay):
+        checkpoint = None
+    saved = checkpoint.load(device) if checkpoint is not None else None
+    first, spent, waited = _resume(saved, adapter, scores) if saved is not None else (0, 0.0, 0.0)
+    start = time.perf_counter() - spent
+    loaders = [iter(b.loader(device, shared_by=len(specs), start=first)) for b in batches]
+    if saved is not None:  # after the loaders, which draw their seeds from it
+        restore_random_state(saved["random"], device)
+    length = len(batches[0])
+    steps = tqdm(
+        range(first, length), initial=first, total=length, desc=spec.method, leave=False, disable=not progress
+    )
     frozen_rows = [s.frozen_rows for s in stacked if s.frozen_rows is not None]
-    total = len(steps) + (len(frozen_batches(stacked[0], frozen_rows[0])) if frozen_rows else 0)
+    total = length + (len(frozen_batches(stacked[0], frozen_rows[0])) if frozen_rows else 0)
     for index in steps:
         asked = time.perf_counter()
         data = [next(loader) for loader in loaders]  # decoded ahead by the loaders' workers, in order
@@ -239,6 +253,9 @@ def run_stacked(
         hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
         for score, stream_batches, stream_hits in zip(scores, batches, hits, strict=True):
             score.add(index, *stream_batches.bounds[index], stream_hits)
+        if checkpoint is not None and checkpoint.due():
+            spent = time.perf_counter() - start
+            checkpoint.save(_progress(index + 1, adapter, scores, spent, waited, device))
         if report is not None:
             report(index + 1, total)
     if frozen_rows:  # the blind spot: the adapted models frozen, on the whole sets
@@ -257,8 +274,32 @@ def run_stacked(
             metrics["streams"] = len(specs)
         if spec.prelude:
             metrics["prelude_accuracy"] = score.prelude_accuracy
+        if first:
+            metrics["resumed_from_step"] = first
         results.append(Result(one, metrics, _curves(history, score.curve()), env))
     return results
+
+
+def _progress(
+    step: int, adapter: Adapter, scores: list[_Score], spent: float, waited: float, device: torch.device
+) -> dict[str, Any]:
+    """What a checkpoint holds after ``step`` batches: everything the next step reads, and the clock."""
+    return {
+        "step": step,
+        "seconds": spent,
+        "waited": waited,
+        "adapter": adapter.state_dict(),
+        "scores": [score.state_dict() for score in scores],
+        "random": random_state(device),
+    }
+
+
+def _resume(saved: dict[str, Any], adapter: Adapter, scores: list[_Score]) -> tuple[int, float, float]:
+    """Put a checkpoint's state back; the step to go on from, and the seconds spent and waited so far."""
+    adapter.load_state_dict(saved["adapter"])
+    for score, state in zip(scores, saved["scores"], strict=True):
+        score.load_state_dict(state)
+    return saved["step"], saved["seconds"], saved["waited"]
 
 
 STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps, streams of one length
@@ -309,6 +350,14 @@ class _Score:
         right.index_add_(0, domain, hits[where])
         total.index_add_(0, domain, torch.ones_like(hits[where]))
         self._curve.append(hits[where].mean())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        curve = torch.stack(self._curve) if self._curve else torch.empty(0, device=self.device)
+        return {"counts": self.counts.clone(), "curve": curve}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.counts.copy_(state["counts"])
+        self._curve = list(state["curve"].unbind())
 
     def frozen(self, hits: np.ndarray) -> None:
         """The blind spot: only the frozen rows, scored by the adapted model after the stream, count."""
@@ -367,12 +416,13 @@ class StreamBatches(torch.utils.data.Dataset):
         a, b = self.bounds[index]
         return gather_batch(self.stream, self.stream.rows[a:b])
 
-    def loader(self, device: torch.device, shared_by: int = 1) -> torch.utils.data.DataLoader:
-        """The loader; ``shared_by`` stacked streams split the machine's decoding workers between them."""
+    def loader(self, device: torch.device, shared_by: int = 1, start: int = 0) -> torch.utils.data.DataLoader:
+        """The loader of the batches from ``start`` on; ``shared_by`` stacked streams split the machine's
+        decoding workers between them."""
         workers = max((datasets.loader_workers(images) for images, _ in self.stream.domains), default=0)
         workers = -(-workers // shared_by)  # rounded up: a stream that decodes files keeps one
         return torch.utils.data.DataLoader(
-            self,
+            torch.utils.data.Subset(self, range(start, len(self))) if start else self,
             batch_size=None,
             shuffle=False,
             num_workers=workers,

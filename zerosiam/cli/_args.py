@@ -24,6 +24,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A number of zero or more (intervals, where zero turns a thing off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of zero or more, got {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number of zero or more, got {text}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     """A comma-separated list of whole numbers."""
     try:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zerosiam.cli._args import csv_list, device_name, int_list, positive_int
+from zerosiam.cli._args import csv_list, device_name, int_list, non_negative_float, positive_int
 from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
 
 
@@ -103,6 +103,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads per run")
     parser.add_argument("--no-report", action="store_true", help="do not print the table at the end")
     parser.add_argument(
+        "--checkpoint-every",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="how often an unfinished run saves its progress beside --db, to go on from there if the grid "
+        "is stopped (default: 300; 0: never)",
+    )
+    parser.add_argument(
         "--stack",
         action="store_true",
         help="run the batch-size-1 runs of Tent, ZeroSiam and NoAdapt that differ only in corruption as "
@@ -153,7 +160,13 @@ def grid_from_args(args: argparse.Namespace):
         raise UsageError(str(error)) from None
 
 
+def _every(asked: float | None, default: float) -> float | None:
+    """The checkpoint interval: the default when not asked, None (never) when asked for 0."""
+    return default if asked is None else asked or None
+
+
 def main(args: argparse.Namespace) -> int:
+    from zerosiam.bench.checkpoint import CHECKPOINT_EVERY
     from zerosiam.bench.grid import KIND, execute
     from zerosiam.bench.select import grid_specs
     from zerosiam.bench.store import ResultStore
@@ -179,6 +192,7 @@ def main(args: argparse.Namespace) -> int:
                 device=args.device,
                 gpus_per_run=args.gpus_per_run,
                 stack=args.stack,
+                checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
             )
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)

@@ -238,8 +238,14 @@ class Adapter(GradientLearner):
         self.steps = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states."""
-        state: dict[str, Any] = {"method": self.recipe.name, "steps": self.steps}
+        """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states, and
+        the record of the steps so far (read back from the device), so that a loaded adapter goes on as
+        this one would."""
+        state: dict[str, Any] = {
+            "method": self.recipe.name,
+            "steps": self.steps,
+            "history": copy.deepcopy(self.history),
+        }
         if self.recipe.adapts:
             state["params"] = {name: p.detach().clone() for name, p in self.params.items()}
             state["predictor"] = (
@@ -257,6 +263,8 @@ class Adapter(GradientLearner):
                 f"checkpoint is of method {state.get('method')!r}, this adapter runs {self.recipe.name!r}"
             )
         self.steps = state["steps"]
+        self._history = copy.deepcopy(state.get("history", []))  # checkpoints of old had no record
+        self._read = len(self._history)
         if not self.recipe.adapts:
             return
         missing = set(self.params) ^ set(state["params"])
