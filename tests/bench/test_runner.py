@@ -245,8 +245,10 @@ def test_a_stopped_run_goes_on_from_its_checkpoint_to_the_result_of_one_never_st
         runner.run_stacked(specs, report=_stopped_at(4), checkpoint=RunCheckpoint(tmp_path, ids, every=0))
     checkpoint = RunCheckpoint(tmp_path, ids, every=3600)
     assert checkpoint.path.exists()
-    resumed = runner.run_stacked(specs, checkpoint=checkpoint)
+    heard: list[tuple[int, int]] = []
+    resumed = runner.run_stacked(specs, checkpoint=checkpoint, report=lambda *step: heard.append(step))
     _same_runs(resumed, straight)
+    assert heard[0][0] == 5 and heard[-1][0] == heard[-1][1]  # the steps after the checkpoint's, to the end
     assert all(r.metrics["resumed_from_step"] == 4 for r in resumed)
     assert "resumed_from_step" not in straight[0].metrics
 

@@ -259,17 +259,32 @@ def run_stacked(
         if report is not None:
             report(index + 1, total)
     if frozen_rows:  # the blind spot: the adapted models frozen, on the whole sets
-        scored = None if report is None else lambda done: report(len(steps) + done, total)
+        scored = None if report is None else lambda done: report(length + done, total)
         frozen = stacked_frozen_hits(adapter.predict, stacked, frozen_rows, device, scored)
         for score, hits in zip(scores, frozen, strict=True):
             score.frozen(hits)
     seconds = (time.perf_counter() - start) / len(specs)
+    return _results(specs, scores, adapter, seconds, waited / len(specs), first, device)
+
+
+def _results(
+    specs: Sequence[RunSpec],
+    scores: list[_Score],
+    adapter: Adapter | Relay,
+    seconds: float,
+    waited: float,
+    first: int,
+    device: torch.device,
+) -> list[Result]:
+    """Each run's result from its score and its stream's record; ``seconds`` and ``waited`` are each
+    run's share, and ``first`` the step a resumed task went on from."""
+    spec = specs[0]
     env = {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)}
     results = []
     for number, (one, score) in enumerate(zip(specs, scores, strict=True)):
         history = adapter.stream_history(number) if len(specs) > 1 else adapter.history
         metrics = _metrics(score, seconds, adapter.steps, history, device)
-        metrics["data_wait_fraction"] = waited / len(specs) / seconds if seconds > 0 else 0.0
+        metrics["data_wait_fraction"] = waited / seconds if seconds > 0 else 0.0
         if len(specs) > 1:
             metrics["streams"] = len(specs)
         if spec.prelude:
