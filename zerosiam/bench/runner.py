@@ -255,7 +255,7 @@ def run_stacked(
             score.add(index, *stream_batches.bounds[index], stream_hits)
         if checkpoint is not None and checkpoint.due():
             spent = time.perf_counter() - start
-            checkpoint.save(_progress(index + 1, adapter, scores, spent, waited, device))
+            checkpoint.save(_checkpoint_state(index + 1, adapter, scores, spent, waited, device))
         if report is not None:
             report(index + 1, total)
     if frozen_rows:  # the blind spot: the adapted models frozen, on the whole sets
@@ -295,7 +295,7 @@ def _results(
     return results
 
 
-def _progress(
+def _checkpoint_state(
     step: int, adapter: Adapter, scores: list[_Score], spent: float, waited: float, device: torch.device
 ) -> dict[str, Any]:
     """What a checkpoint holds after ``step`` batches: everything the next step reads, and the clock."""
