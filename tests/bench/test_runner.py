@@ -230,9 +230,7 @@ def _same_runs(resumed: list[runner.Result], straight: list[runner.Result]) -> N
 def test_a_stopped_run_goes_on_from_its_checkpoint_to_the_result_of_one_never_stopped(
     fake_domains, monkeypatch, tmp_path, method, protocol, corruptions
 ):
-    monkeypatch.setattr(
-        runner.zerosiam, "load_model", lambda name: _Confident()
-    )  # the filtering methods then learn
+    monkeypatch.setattr(runner.zerosiam, "load_model", lambda name: _Confident())
     batch = 1 if protocol in runner.STACKED_PROTOCOLS else 8
     specs = [
         _spec(method=method, protocol=protocol, corruption=name, batch_size=batch, hparams={"lr": 0.05})
