@@ -12,28 +12,18 @@ median of ``--repeats``. The record grows by one row a step, so a later checkpoi
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 import zerosiam
+from benchmarks.diagnostics_overhead import real_batches, setup
 from zerosiam.bench import datasets
 from zerosiam.bench.checkpoint import CHECKPOINT_EVERY, RunCheckpoint, random_state
-from zerosiam.bench.device import describe_device, resolve_device
-from zerosiam.corruptions.datasets import load_corrupted
+from zerosiam.methods.adapter import prepare_options
 
 METHODS = ("tent", "zerosiam", "sar", "eata", "deyo", "come")
-
-
-def clean_batches(count: int, device: torch.device) -> list[torch.Tensor]:
-    """EATA's in-distribution samples for its Fisher information."""
-    images, _ = load_corrupted(datasets.clean_source("cifar10c"), "clean", 5)
-    x = torch.from_numpy(images[: 64 * count].copy()).permute(0, 3, 1, 2).float().div(255)
-    return list(x.to(device).split(64))
 
 
 def median_seconds(action, repeats: int) -> float:
@@ -46,7 +36,9 @@ def median_seconds(action, repeats: int) -> float:
 
 
 def measure(model: str, method: str, batches: list, folder: Path, repeats: int, device) -> dict[str, float]:
-    extras = {"clean_data": clean_batches(4, device)} if method == "eata" else {}
+    extras = {}
+    if "clean_data" in prepare_options(zerosiam.get_recipe(method)):  # EATA's Fisher information
+        extras["clean_data"] = real_batches(datasets.clean_source("cifar10c"), "clean", 4, device)
     adapter = zerosiam.adapt(zerosiam.load_model(model).to(device), method, **extras)
     start = time.perf_counter()
     for x in batches:
@@ -70,20 +62,7 @@ def measure(model: str, method: str, batches: list, folder: Path, repeats: int, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="resnet26_gn")
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
-    device = resolve_device(args.device)
-    images, _ = load_corrupted("cifar10c", "gaussian_noise", 5)
-    x = torch.from_numpy(images[: 64 * args.steps].copy()).permute(0, 3, 1, 2).float().div(255).to(device)
-    batches = list(x.split(64))
-    threads = torch.get_num_threads()
-    print(f"{args.model}, batch 64, {args.steps} steps, {describe_device(device)}, {threads} threads")
+    args, device, batches = setup(__doc__, "resnet26_gn", 50)
     print(
         "\n| method | s/step | write ms | read ms | KB | write ÷ step | write ÷ "
         f"{CHECKPOINT_EVERY:.0f} s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"

@@ -21,6 +21,31 @@ from zerosiam.bench.device import describe_device, resolve_device
 from zerosiam.corruptions.datasets import load_corrupted
 
 
+def real_batches(dataset: str, corruption: str, count: int, device: torch.device) -> list[torch.Tensor]:
+    """``count`` batches of 64 images of ``corruption`` at severity 5, as model input on ``device``."""
+    images, _ = load_corrupted(dataset, corruption, 5)
+    x = torch.from_numpy(images[: 64 * count].copy()).permute(0, 3, 1, 2).float().div(255)
+    return list(x.to(device).split(64))
+
+
+def setup(description: str, model: str, steps: int) -> tuple[argparse.Namespace, torch.device, list]:
+    """A step benchmark's flags (``--model``, ``--steps``, ``--repeats``, ``--device``), its device and
+    its batches (project CIFAR-10-C, gaussian_noise 5), with the line that says what it measures on."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=model)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    batches = real_batches("cifar10c", "gaussian_noise", args.steps, device)
+    threads = torch.get_num_threads()
+    print(f"{args.model}, batch 64, {args.steps} steps, {describe_device(device)}, {threads} threads")
+    return args, device, batches
+
+
 def seconds_per_step(model_name: str, method: str, diagnostics: bool, batches: list, device) -> float:
     adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, diagnostics=diagnostics)
     adapter(batches[0])  # warm-up
@@ -34,20 +59,7 @@ def seconds_per_step(model_name: str, method: str, diagnostics: bool, batches: l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="resnet20")
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
-    device = resolve_device(args.device)
-    images, _ = load_corrupted("cifar10c", "gaussian_noise", 5)
-    x = torch.from_numpy(images[: 64 * args.steps].copy()).permute(0, 3, 1, 2).float().div(255).to(device)
-    batches = list(x.split(64))
-    threads = torch.get_num_threads()
-    print(f"{args.model}, batch 64, {args.steps} steps, {describe_device(device)}, {threads} threads")
+    args, device, batches = setup(__doc__, "resnet20", 60)
     print("\n| method | ms/step with | ms/step without | with ÷ without |\n| --- | ---: | ---: | ---: |")
     for method in ("tent", "zerosiam"):
         timings = {True: [], False: []}
