@@ -15,6 +15,7 @@ from tests.bench.conftest import TinyLN, fake_load
 from zerosiam import corruptions
 from zerosiam.bench import mistakes, runner
 from zerosiam.bench.checkpoint import RunCheckpoint
+from zerosiam.bench.memory import reset_peak
 from zerosiam.bench.runner import RunSpec, stream_for
 from zerosiam.protocols import streams
 
@@ -113,6 +114,7 @@ def test_accuracy_is_a_fraction_and_nan_free_curves_are_kept(fake_domains, tiny_
     assert 0.0 <= result.metrics["accuracy"] <= 1.0 and result.metrics["samples"] == 50
     assert len(result.curves["accuracy"]) == 5 and "divergence" in result.curves
     assert not any(math.isnan(v) for v in result.curves["predictor_drift"])
+    assert result.metrics["peak_rss_scope"] == ("run" if reset_peak() else "process")
 
 
 def test_a_prelude_adapts_first_and_is_scored_apart(fake_domains, tiny_model):

@@ -222,7 +222,7 @@ def run_stacked(
     """
     device = torch.device(device)
     spec = check_stackable(specs)
-    reset_peak(device)  # a pool worker runs many specs: each reports its own peak
+    own_peak = reset_peak(device)  # a pool worker runs many specs: each reports its own peak, where it can
     torch.manual_seed(spec.seed)
     model = zerosiam.load_model(spec.model, **spec.model_options).to(device)
     stacked = [stream_for(one, source_model=model, device=device) for one in specs]
@@ -264,7 +264,7 @@ def run_stacked(
         for score, hits in zip(scores, frozen, strict=True):
             score.frozen(hits)
     seconds = (time.perf_counter() - start) / len(specs)
-    return _results(specs, scores, adapter, seconds, waited / len(specs), first, device)
+    return _results(specs, scores, adapter, seconds, waited / len(specs), first, own_peak, device)
 
 
 def _results(
@@ -274,10 +274,12 @@ def _results(
     seconds: float,
     waited: float,
     first: int,
+    own_peak: bool,
     device: torch.device,
 ) -> list[Result]:
     """Each run's result from its score and its stream's record; ``seconds`` and ``waited`` are each
-    run's share, and ``first`` the step a resumed task went on from."""
+    run's share, ``first`` the step a resumed task went on from, and ``own_peak`` whether the peak memory
+    mark was reset for this task (where the kernel refuses, the peak is the whole process's)."""
     spec = specs[0]
     env = {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)}
     results = []
@@ -285,6 +287,7 @@ def _results(
         history = adapter.stream_history(number) if len(specs) > 1 else adapter.history
         metrics = _metrics(score, seconds, adapter.steps, history, device)
         metrics["data_wait_fraction"] = waited / seconds if seconds > 0 else 0.0
+        metrics["peak_rss_scope"] = "run" if own_peak else "process"
         if len(specs) > 1:
             metrics["streams"] = len(specs)
         if spec.prelude:
