@@ -13,7 +13,10 @@
 # gets what is left of the deadline and is stopped with
 # SIGTERM when it runs out: the store keeps every finished run, and the same command resumes. At the end
 # $OUT holds the store with the figures' curves only (benchmarks/study_export.py), gzipped in 15 MB
-# parts, and the logs; merge it with `python benchmarks/study_export.py study.db docs/results/study.db`.
+# parts, the logs, and the checkpoints of the tasks the deadline stopped ($OUT/checkpoints, every
+# ${CHECKPOINT_EVERY:-120} s); merge the store with `python benchmarks/study_export.py study.db
+# docs/results/study.db`, and put the checkpoints in .gpu/checkpoints (carried to the next call, which
+# goes on with those tasks from there, on this machine or a fresh one).
 # Measured on an H100 (16 cores): 1.25 batch-64 runs/s with 15 workers.
 set -u
 export PYTHONUNBUFFERED=1
@@ -24,6 +27,8 @@ out=${OUT:-runs/study}
 logs=/tmp/study_logs
 mkdir -p "$logs" "$out" "$(dirname "$db")"
 [[ -f $db ]] || cp docs/results/study.db "$db"
+carried=${CHECKPOINTS:-.gpu/checkpoints}  # the last call's unfinished tasks
+if compgen -G "$carried/*.pt" > /dev/null; then mkdir -p "$db.checkpoints" && cp -n "$carried"/*.pt "$db.checkpoints/"; fi
 workers=${WORKERS:-$(( $(nproc) - 1 ))}
 device=${DEVICE:-cuda}
 left() { echo $(( deadline - $(date +%s) )); }
@@ -51,13 +56,13 @@ select_rates() {  # select_rates MODEL METHODS WORKERS: the rates of METHODS on 
 bench() {  # bench GRID [WORKERS]: a grid of docs/results/grids (or a .yaml path) with the selected rates, batch-1 stacked
   local grid=$1; [[ $grid == *.yaml ]] || grid=docs/results/grids/$grid.yaml
   python -m zerosiam bench --grid "$grid" --db "$db" --device "$device" \
-    --workers "${2:-$workers}" --no-report --stack ${LIMIT:+--limit $LIMIT}
+    --workers "${2:-$workers}" --no-report --stack --checkpoint-every "${CHECKPOINT_EVERY:-120}" ${LIMIT:+--limit $LIMIT}
 }
 
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 15 \
   > "$logs/gpu.csv" 2>&1 &
 export -f build select_rates bench
-export db device workers LIMIT
+export db device workers LIMIT CHECKPOINT_EVERY
 step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
 names=$(python -c "from zerosiam import corruptions; print(*corruptions.BENCHMARK, *corruptions.EXTRA)")
 step data "for name in $names; do build \$name & done; wait"
@@ -83,5 +88,6 @@ python benchmarks/study_export.py "$db" "$out/study.db"
 python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$out/study.db"
 gzip -f "$out/study.db" && split -b 15M -d "$out/study.db.gz" "$out/study.db.gz." && rm "$out/study.db.gz"
 kill %1 2> /dev/null
+if compgen -G "$db.checkpoints/*.pt" > /dev/null; then mkdir -p "$out/checkpoints" && cp "$db.checkpoints"/*.pt "$out/checkpoints/"; fi
 tar -czf "$out/logs.tar.gz" -C "$logs" .
 ls -la "$out"
