@@ -39,7 +39,6 @@ import json
 import os
 import platform
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from zerosiam.bench.memory import reset_peak, status_kb
+from zerosiam.bench.memory import max_rss_kb, reset_peak, status_kb
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +115,7 @@ def worker(args: argparse.Namespace) -> dict:
     exact = reset_peak()
     for x in stream[: args.memory_batches]:
         adapter(x)
-    peak_kb = status_kb("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kb = status_kb("VmHWM") if exact else max_rss_kb()
     return {
         "method": args.method,
         "median_s": statistics.median(times),

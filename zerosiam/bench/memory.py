@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import resource
+import sys
 from pathlib import Path
 
 import torch
@@ -40,6 +41,12 @@ def status_kb(field: str) -> int:
     raise KeyError(field)
 
 
+def max_rss_kb() -> int:
+    """The process's lifetime peak resident memory in KiB (``ru_maxrss``, which macOS gives in bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak
+
+
 def reset_peak(device: torch.device | None = None) -> bool:
     """Reset the peak marks (host RSS, and ``device``'s allocator on a GPU) to the current use; False
     where the kernel does not allow resetting the host's."""
@@ -57,7 +64,7 @@ def peak_mb() -> float:
     try:
         return status_kb("VmHWM") / 1024
     except (OSError, KeyError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return max_rss_kb() / 1024
 
 
 def peak_gpu_mb(device: torch.device) -> float | None:
