@@ -50,6 +50,7 @@ from zerosiam.protocols.build import (
     to_device,
 )
 from zerosiam.zoo.trained import shipped_sha256
+from zerosiam.zoo.training import to_input
 
 CURVE_KEYS = (
     "logit_norm",
@@ -183,7 +184,7 @@ def _method_extras(method: str, spec: RunSpec) -> dict[str, Any]:
         return {}
     clean = load_corrupted(datasets.clean_source(spec.dataset), "clean", spec.severity)
     images, _ = subsample(*clean, 2000, spec.seed, seeding.CLEAN_SUBSET)
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255)
+    x = to_input(torch.from_numpy(np.ascontiguousarray(images)))
     return {"clean_data": list(x.split(spec.batch_size))}
 
 
