@@ -154,6 +154,7 @@ def accuracy_check(count: int) -> None:
     import torch
 
     from zerosiam.data.sources import read_cifar10_jpeg
+    from zerosiam.data.tensors import to_input
     from zerosiam.zoo import load_model
 
     model = load_model("resnet20")
@@ -163,7 +164,7 @@ def accuracy_check(count: int) -> None:
 
     def top1(batch: np.ndarray) -> float:
         with torch.no_grad():
-            x = torch.as_tensor(batch).permute(0, 3, 1, 2).float() / 255
+            x = to_input(batch)
             return 100 * float((model(x).argmax(1) == labels).float().mean())
 
     print(f"\nResNet-20 (CIFAR-10, JPEG q75 test images, {count} images) top-1 %: clean {top1(images):.1f}")

@@ -19,13 +19,13 @@ import torch
 import zerosiam
 from zerosiam.bench.device import describe_device, resolve_device
 from zerosiam.corruptions.datasets import load_corrupted
-from zerosiam.zoo.training import to_input
+from zerosiam.data.tensors import to_input
 
 
 def real_batches(dataset: str, corruption: str, count: int, device: torch.device) -> list[torch.Tensor]:
     """``count`` batches of 64 images of ``corruption`` at severity 5, as model input on ``device``."""
     images, _ = load_corrupted(dataset, corruption, 5)
-    return list(to_input(torch.from_numpy(images[: 64 * count].copy())).to(device).split(64))
+    return list(to_input(torch.from_numpy(images[: 64 * count].copy()).to(device)).split(64))
 
 
 def setup(description: str, model: str, steps: int) -> tuple[argparse.Namespace, torch.device, list]:

@@ -82,11 +82,12 @@ def _build(model_name: str, batch_size: int, batches: int) -> tuple[torch.nn.Mod
         clean = [torch.rand(batch_size, 3, 224, 224, generator=generator) for _ in range(2)]
         return model, stream, clean
     from zerosiam.data.sources import read_cifar10_jpeg
+    from zerosiam.data.tensors import to_input
 
     model = zerosiam.load_model(model_name)
     images, _, _ = read_cifar10_jpeg(split="test")
     order = torch.randperm(len(images), generator=generator)
-    images = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)[order]
+    images = to_input(images)[order]
     chunks = images[: batch_size * (batches + 4)].split(batch_size)
     noisy = [(x + 0.1 * torch.randn(x.shape, generator=generator)).clamp(0, 1) for x in chunks[:batches]]
     return model, noisy, list(chunks[batches:])

@@ -25,6 +25,7 @@ from zerosiam import corruptions
 from zerosiam.bench import runner
 from zerosiam.bench.device import describe_device, resolve_device
 from zerosiam.corruptions.datasets import load_corrupted
+from zerosiam.data.tensors import to_input
 
 
 def streams_of_images(steps: int, device: torch.device) -> torch.Tensor:
@@ -32,7 +33,7 @@ def streams_of_images(steps: int, device: torch.device) -> torch.Tensor:
     streams = []
     for name in corruptions.BENCHMARK:
         images, _ = load_corrupted("cifar10c", name, 5)
-        streams.append(torch.from_numpy(images[:steps].copy()).permute(0, 3, 1, 2).float().div(255))
+        streams.append(to_input(images[:steps]))
     return torch.stack(streams, 1).unsqueeze(2).to(device)
 
 

@@ -21,6 +21,7 @@ import torch
 
 import zerosiam
 from zerosiam.data.sources import Dataset, read_cifar10_jpeg, read_imagenet_sample
+from zerosiam.data.tensors import to_input
 from zerosiam.zoo import model_info
 
 READERS: dict[str, Callable[[], Dataset]] = {
@@ -38,8 +39,7 @@ def accuracy(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, bat
     correct = 0
     with torch.inference_mode():
         for start in range(0, len(images), batch):
-            chunk = np.ascontiguousarray(images[start : start + batch])
-            x = torch.from_numpy(chunk).permute(0, 3, 1, 2).float().div_(255)
+            x = to_input(images[start : start + batch])
             correct += int((model(x).argmax(1).numpy() == labels[start : start + batch]).sum())
     return correct / len(images)
 

@@ -34,6 +34,7 @@ from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
 from zerosiam.bench.mistakes import cached_mistakes
 from zerosiam.bench.store import run_id_for
 from zerosiam.corruptions.datasets import load_corrupted
+from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
 from zerosiam.parts.precision import check_precision, forward_precision
@@ -50,7 +51,6 @@ from zerosiam.protocols.build import (
     to_device,
 )
 from zerosiam.zoo.trained import shipped_sha256
-from zerosiam.zoo.training import to_input
 
 CURVE_KEYS = (
     "logit_norm",
@@ -184,7 +184,7 @@ def _method_extras(method: str, spec: RunSpec) -> dict[str, Any]:
         return {}
     clean = load_corrupted(datasets.clean_source(spec.dataset), "clean", spec.severity)
     images, _ = subsample(*clean, 2000, spec.seed, seeding.CLEAN_SUBSET)
-    x = to_input(torch.from_numpy(np.ascontiguousarray(images)))
+    x = to_input(images)
     return {"clean_data": list(x.split(spec.batch_size))}
 
 

@@ -24,6 +24,7 @@ from zerosiam import corruptions
 from zerosiam.bench.grid import KIND, Grid, execute
 from zerosiam.bench.runner import RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
+from zerosiam.data.tensors import to_input
 from zerosiam.methods import get_recipe
 from zerosiam.parts.losses import entropy
 from zerosiam.protocols.build import pure_noise
@@ -193,7 +194,7 @@ def data_free_predictor_lr(
     """
     size = input_size or _input_size(model_name)
     pixels = torch.from_numpy(pure_noise(images, (size, size, 3), seed))
-    batches = pixels.permute(0, 3, 1, 2).float().div_(255).to(device).split(batch_size)
+    batches = to_input(pixels.to(device)).split(batch_size)
     changes = {}
     for predictor_lr in candidates:
         adapter = zerosiam.adapt(

@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from zerosiam.data.tensors import to_input
 from zerosiam.protocols import seeding, streams
 
 PROTOCOLS = ("mild", "label_shift", "mixed", "bs1", "label_shift_bs1", "blind_spot", "noise_prefix", "epochs")
@@ -250,4 +251,4 @@ def to_device(
     if device.type == "cuda":
         pixels, labels = pixels.pin_memory(), labels.pin_memory()
     pixels = pixels.to(device, non_blocking=True)
-    return pixels.permute(0, 3, 1, 2).float().div_(255), labels.to(device, non_blocking=True)
+    return to_input(pixels), labels.to(device, non_blocking=True)

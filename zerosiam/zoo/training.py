@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zerosiam.assets.files import atomic_write
+from zerosiam.data.tensors import to_input
 from zerosiam.zoo.trained import build, save_trained
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -152,11 +153,6 @@ def augment(images: Tensor, offsets: Tensor, flips: Tensor, pad: int = PAD) -> T
     cols = torch.where(flips[:, None], cols.flip(1), cols)
     index = torch.arange(batch, device=device)[:, None, None]
     return padded[index, rows[:, :, None], cols[:, None, :]]
-
-
-def to_input(images: Tensor) -> Tensor:
-    """uint8 ``(B, H, W, 3)`` → float ``(B, 3, H, W)`` in [0, 1], what every model of the zoo takes."""
-    return images.permute(0, 3, 1, 2).float().div_(255.0)
 
 
 # ---------------------------------------------------------------------------------------------- optimisation
