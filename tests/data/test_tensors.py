@@ -26,6 +26,21 @@ def test_a_sliced_array_is_made_contiguous() -> None:
     assert torch.equal(to_input(images[::2]), to_input(images[[0, 2]]))
 
 
+def test_a_read_only_array_is_not_shared_with_a_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch warns (once per process, so a warning check could pass by order) when a tensor shares a
+    read-only array, as the datasets' cached memmaps are: what reaches ``from_numpy`` must be writable."""
+    shared = []
+    from_numpy = torch.from_numpy
+    monkeypatch.setattr(
+        torch, "from_numpy", lambda array: shared.append(array.flags.writeable) or from_numpy(array)
+    )
+    images = np.random.default_rng(2).integers(0, 256, (2, 4, 4, 3), dtype=np.uint8)
+    frozen = images.copy()
+    frozen.flags.writeable = False
+    assert torch.equal(to_input(frozen), to_input(images))
+    assert shared == [True, True]
+
+
 @pytest.mark.parametrize(
     ("images", "shown"),
     [

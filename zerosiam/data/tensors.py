@@ -16,8 +16,8 @@ def to_input(images: np.ndarray | torch.Tensor) -> torch.Tensor:
 
     Move uint8 images to a GPU before calling this: they are a quarter of the bytes of the float input.
     """
-    if isinstance(images, np.ndarray):
-        images = torch.from_numpy(np.ascontiguousarray(images))
+    if isinstance(images, np.ndarray):  # cached memmaps are read-only, which a tensor may not share
+        images = torch.from_numpy(np.require(images, requirements=("C", "W")))
     if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(
             f"expected uint8 images of shape (B, H, W, 3), got {images.dtype} {tuple(images.shape)}"
