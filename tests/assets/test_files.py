@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import multiprocessing
 import os
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +143,34 @@ def test_a_checked_folder_is_intact_until_one_of_its_files_changes(tmp_path, cap
     assert not files.intact_folder(folder) and not folder.exists()
     assert "sub/config.json differs" in caplog.records[0].getMessage()
     assert not files.intact_folder(tmp_path / "absent")
+
+
+def test_building_makes_a_second_process_wait_for_the_first(tmp_path: Path) -> None:
+    target = tmp_path / "cache" / "array.npy"
+    first_done = tmp_path / "first-done"
+    fork = multiprocessing.get_context("fork")
+    holding = fork.Event()
+
+    def first() -> None:
+        with files.building(target):
+            holding.set()
+            time.sleep(0.5)
+            first_done.touch()
+
+    child = fork.Process(target=first)
+    child.start()
+    assert holding.wait(timeout=30)
+    with files.building(target):
+        assert first_done.exists()  # entered only once the other process had finished and let go
+    child.join(timeout=30)
+    assert child.exitcode == 0
+
+
+def test_building_runs_unlocked_where_the_cache_cannot_be_written(tmp_path: Path, monkeypatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(files, "open", refused, raising=False)  # the lock file's open, in files only
+    with files.building(tmp_path / "array.npy"):
+        ran = True
+    assert ran

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +44,36 @@ def test_a_corrupted_split_is_made_once_and_cached_whole(clean, tmp_path: Path, 
     again, _ = datasets.load_corrupted("cifar10c", "brightness", 2, cache=tmp_path)
     np.testing.assert_array_equal(again, expected)
     assert datasets.load_corrupted("cifar10c", "clean", 2, cache=tmp_path)[0] is images
+
+
+def test_two_processes_wanting_one_split_build_it_once(clean, tmp_path: Path, monkeypatch) -> None:
+    """Two ``zerosiam bench`` jobs started together: the second waits for the first's build, where before
+    it built too, and its check removed the file the first had renamed into place but not yet recorded."""
+    builds = tmp_path / "builds.log"
+    corrupt = datasets.corrupt_in_chunks
+
+    def slow_corrupting(*args: object, **kwargs: object) -> np.ndarray:
+        with open(builds, "a") as log:
+            log.write("built\n")
+        time.sleep(0.5)  # long enough for the other process to look for the file meanwhile
+        return corrupt(*args, **kwargs)
+
+    monkeypatch.setattr(datasets, "corrupt_in_chunks", slow_corrupting)
+
+    def load() -> None:
+        datasets.load_corrupted("cifar10c", "brightness", 2, cache=tmp_path)
+
+    fork = multiprocessing.get_context("fork")  # the children inherit the fake source and the slow build
+    children = [fork.Process(target=load) for _ in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=60)
+    assert [child.exitcode for child in children] == [0, 0]
+    assert builds.read_text() == "built\n"
+    expected = corruptions.apply(clean[0], "brightness", 2, preset="cifar", seed=datasets.CORRUPTION_SEED)
+    built, _ = datasets.load_corrupted("cifar10c", "brightness", 2, cache=tmp_path)
+    np.testing.assert_array_equal(built, expected)
 
 
 def test_chunks_give_what_one_call_gives(clean, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,11 +18,16 @@ Cached files (corrupted arrays, decoded datasets, converted language models) are
 record of what they must be (``<name>.check.json``: size, sha256, and facts such as shape and dtype)
 and checked against it when opened. A full disk, a killed copy or a hand edit can still damage a file
 after it was written; such a file is removed with one warning line naming it, and rebuilt.
+
+Checking a cache file and building it is one step under :func:`building` (an exclusive lock per file),
+because two processes share one cache (two ``zerosiam bench`` jobs started together): without the lock,
+both build, and one's check removes the file the other has just renamed into place but not yet recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -31,7 +36,12 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: caches are checked and built unlocked
+    fcntl = None
 
 PathLike = str | os.PathLike[str]
 
@@ -41,6 +51,7 @@ _CHUNK = 1 << 20
 MODE = 0o644
 CHECK_SUFFIX = ".check.json"
 MANIFEST = "zerosiam-check.json"  # the record of a cached folder, inside it
+LOCK_SUFFIX = ".lock"
 TEMPORARY_SUFFIX = ".part"
 """Suffix of the temporary files: a folder holding ``.<name>.*.part`` files saw an interrupted write."""
 
@@ -94,6 +105,36 @@ def _sha256_once(path: Path) -> str:
     if key not in _HASHED:
         _HASHED[key] = sha256_file(path)
     return _HASHED[key]
+
+
+@contextlib.contextmanager
+def building(path: PathLike) -> Iterator[None]:
+    """Hold the exclusive lock of the cache file or folder ``path`` while checking and building it.
+
+    Another process that wants the same file waits here, then finds it built. The lock is an advisory
+    ``flock`` on ``<path>.lock``, released by the kernel when its holder exits, even by ``kill -9``, so a
+    crash never leaves a stale lock. Where no lock can be had (a read-only shared cache, or a system
+    without ``fcntl``) the block runs unlocked: reading an intact cache needs none. The lock belongs to
+    the open lock file, which a forked child inherits, so fork no worker inside the block.
+    """
+    handle = _open_lock(Path(path)) if fcntl is not None else None
+    if handle is None:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _open_lock(path: Path) -> TextIO | None:
+    """The lock file of ``path``, open, or None where the cache folder cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path.with_name(path.name + LOCK_SUFFIX), "a")  # noqa: SIM115 (closed by building)
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return None
+        raise
 
 
 def check_path(path: PathLike) -> Path:

@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from zerosiam import assets
-from zerosiam.assets.files import atomic_file, intact, write_checked
+from zerosiam.assets.files import atomic_file, building, intact, write_checked
 from zerosiam.corruptions.api import BENCHMARK, apply
 from zerosiam.data.sources import imagenet_wnids, read_cifar10_jpeg, read_imagenet_sample
 
@@ -69,9 +69,10 @@ def load_corrupted(
         return clean, labels
     path = _cache_file(dataset, corruption, severity, cache)
     facts = {"shape": list(clean.shape), "dtype": str(clean.dtype)}
-    if not intact(path, **facts):  # never built, or damaged (removed with a warning): build it
-        corrupted = corrupt_in_chunks(clean, corruption, severity, preset, progress)
-        write_checked(path, lambda handle: np.save(handle, corrupted), **facts)
+    with building(path):  # another process building the same split is waited for, not raced
+        if not intact(path, **facts):  # never built, or damaged (removed with a warning): build it
+            corrupted = corrupt_in_chunks(clean, corruption, severity, preset, progress)
+            write_checked(path, lambda handle: np.save(handle, corrupted), **facts)
     return np.load(path, mmap_mode="r"), labels
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from zerosiam import assets
-from zerosiam.assets.files import intact, write_checked
+from zerosiam.assets.files import building, intact, write_checked
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -89,12 +89,13 @@ def _cached(
     if not use_cache:
         return build()
     path = _cache_path(cache, reader, key)
-    hit = _load(path)
-    if hit is not None:
-        return hit
-    data = build()
-    _save(path, data)
-    return data
+    with building(path):  # a second process decoding the same source waits, then reads the cache
+        hit = _load(path)
+        if hit is not None:
+            return hit
+        data = build()
+        _save(path, data)
+        return data
 
 
 def _as_dataset(images: list[np.ndarray], labels: list[int], names: list[str], where: object) -> Dataset:

