@@ -287,3 +287,17 @@ def test_a_checkpoint_write_that_fails_is_a_warning_and_the_run_goes_on(fake_dom
     with pytest.warns(UserWarning, match="could not write checkpoint"):
         results = runner.run_stacked([spec], checkpoint=RunCheckpoint(blocked, (spec.run_id,), every=0))
     _same_runs(results, [runner.run(spec)])
+
+
+def test_a_checkpoint_write_stopped_part_way_leaves_the_last_one_and_no_temporary_file(tmp_path, monkeypatch):
+    checkpoint = RunCheckpoint(tmp_path, ("a run",), every=0)
+    checkpoint.save({"step": 1})
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save({"step": 2})
+    assert sorted(path.name for path in tmp_path.iterdir()) == [checkpoint.path.name]
+    assert checkpoint.load(torch.device("cpu"))["step"] == 1

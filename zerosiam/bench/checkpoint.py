@@ -10,9 +10,7 @@ batches it has seen. The resumed run gives the numbers of the run that was never
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -20,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from zerosiam.assets.files import atomic_file
 
 CHECKPOINT_EVERY = 300.0  # seconds between writes: a write costs well under a second, a stop loses less
 
@@ -48,19 +48,13 @@ class RunCheckpoint:
         return time.monotonic() - self._written >= self.every
 
     def save(self, state: dict[str, Any]) -> None:
-        """Write ``state`` whole or not at all: a stop during the write leaves the previous checkpoint.
-        A write that fails (a full disk) is a warning: the run goes on, only its insurance is older."""
-        partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.part")
+        """Write ``state`` whole or not at all, through the package's one atomic writer: a stop during the
+        write, even ``KeyboardInterrupt``, leaves the previous checkpoint and no temporary file. A write
+        that fails (a full disk) is a warning: the run goes on, only its insurance is older."""
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(partial, "wb") as file:
+            with atomic_file(self.path) as file:
                 torch.save({"run_ids": list(self.run_ids), **state}, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(partial, self.path)
         except OSError as error:
-            with contextlib.suppress(OSError):  # no folder to clean, or none to write in
-                partial.unlink(missing_ok=True)
             warnings.warn(f"could not write checkpoint {self.path} ({error}); the run goes on", stacklevel=2)
         self._written = time.monotonic()
 
