@@ -5,7 +5,7 @@
 
 A generated table sits between a comment naming the command that prints it and an end comment:
 
-    <!-- zerosiam report --db docs/results/study.db --protocol label_shift --model resnet26_gn -->
+    <!-- zerosiam report --db docs/results/study --protocol label_shift --model resnet26_gn -->
     ...what that command prints...
     <!-- end -->
 

@@ -1,12 +1,18 @@
 """Copy a study store into the committed one, with the curves the figures draw and no others.
 
-    python benchmarks/study_export.py /tmp/study.db docs/results/study.db
+    python benchmarks/study_export.py /tmp/study.db docs/results/study       # the committed text store
+    python benchmarks/study_export.py /tmp/study.db /tmp/out/study.db        # a SQLite file (a .db target)
+
+The committed store is text (``zerosiam.bench.textstore``: one line per run, sorted), so that an export
+adds lines to the git history instead of another copy of a binary file; runs already there keep their
+lines byte for byte. A target named ``*.db`` is a SQLite file instead, as ``benchmarks/study_gpu.sh`` ships.
 
 A batch-64 run's per-step curves take about 20 kB and a batch-1 run's about 1 MB, so a store of the whole
 study would be hundreds of MB. The committed store (docs/RESULTS.md) keeps every run's spec, metrics and
 environment, and only the curves the figures draw (``drawn``): the seed-0 Gaussian-noise runs under label
 shift and mild (the diagnostics), the runs of a finite imbalance ratio (the imbalance figure) and those
-with a prelude (the collapsed model). Rerunning a grid into a fresh store brings back every curve.
+with a prelude (the collapsed model), and the curves the target holds already. Rerunning a grid into a
+fresh store brings back every curve. Failures are not results and are not exported to the text store.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosiam.bench.store import ResultStore
+from zerosiam.bench.textstore import write_text
 
 FIGURE_CORRUPTION = "gaussian_noise"
 FIGURE_PROTOCOLS = ("label_shift", "mild")
@@ -40,7 +47,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.source.is_file():
         parser.error(f"no store at {args.source}")
-    new = ResultStore(args.source).copy_to(ResultStore(args.target), keep_curves=drawn)
+    source = ResultStore(args.source)
+    if args.target.suffix == ".db":
+        new = source.copy_to(ResultStore(args.target), keep_curves=drawn)
+    else:
+        new = write_text(source, args.target, keep_curves=lambda row: drawn(row["spec"]))
     print(f"{new} new run(s) copied into {args.target}")
 
 

@@ -5,7 +5,7 @@
 #   DEVICE=cpu WORKERS=2 LIMIT=64 GRIDS=label_shift bash benchmarks/study_gpu.sh 900 /tmp/try.db  # a try
 #   GRIDS="batch1 my/part.yaml" bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
 #
-# The working store starts as a copy of the committed docs/results/study.db, so a fresh machine goes on
+# The working store starts as a SQLite copy of the committed text store docs/results/study, so a fresh machine goes on
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
 # chooses every method's rates with `zerosiam select-lr` on the 4 extra corruptions (one command per
 # model, side by side; runs already stored are not redone), then runs the grids of docs/results/grids/
@@ -15,7 +15,7 @@
 # $OUT holds the store with the figures' curves only (benchmarks/study_export.py), gzipped in 15 MB
 # parts, the logs, and the checkpoints of the tasks the deadline stopped ($OUT/checkpoints, every
 # ${CHECKPOINT_EVERY:-120} s); merge the store with `python benchmarks/study_export.py study.db
-# docs/results/study.db`, and put the checkpoints in .gpu/checkpoints (carried to the next call, which
+# docs/results/study`, and put the checkpoints in .gpu/checkpoints (carried to the next call, which
 # goes on with those tasks from there, on this machine or a fresh one).
 # Measured on an H100 (16 cores): 1.25 batch-64 runs/s with 15 workers.
 set -u
@@ -26,7 +26,8 @@ db=${2:-/tmp/study.db}  # the whole store, every curve; $OUT gets the export (be
 out=${OUT:-runs/study}
 logs=/tmp/study_logs
 mkdir -p "$logs" "$out" "$(dirname "$db")"
-[[ -f $db ]] || cp docs/results/study.db "$db"
+[[ -f $db ]] || python -c "import shutil, sys; from zerosiam.bench.textstore import open_store
+shutil.copy(open_store('docs/results/study').path, sys.argv[1])" "$db"
 carried=${CHECKPOINTS:-.gpu/checkpoints}  # the last call's unfinished tasks
 if compgen -G "$carried/*.pt" > /dev/null; then mkdir -p "$db.checkpoints" && cp -n "$carried"/*.pt "$db.checkpoints/"; fi
 workers=${WORKERS:-$(( $(nproc) - 1 ))}

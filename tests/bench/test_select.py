@@ -129,3 +129,15 @@ def test_two_selections_that_disagree_stop_a_grid(tmp_path):
         store.put(protocol, SELECTION_KIND, spec, {"chosen": {"lr_scale": scale}}, {}, {})
     with pytest.raises(ValueError, match="2 different selections for 'tent'"):
         selected_hparams(store, "m", "cifar10c", "tent")
+
+
+def test_a_selection_over_more_candidates_supersedes_the_one_it_extends(tmp_path):
+    from zerosiam.bench.select import SELECTION_KIND, selected_hparams
+
+    store = ResultStore(tmp_path / "select.db")
+    edge = {"lr_scale=1": 0.5, "lr_scale=30": 0.7}
+    extended = {**edge, "lr_scale=100": 0.8}
+    for name, table, scale in (("edge", edge, 30.0), ("extended", extended, 100.0)):
+        spec = {"model": "m", "dataset": "cifar10c", "method": "sar", "candidates": sorted(table)}
+        store.put(name, SELECTION_KIND, spec, {"chosen": {"lr_scale": scale}, "candidates": table}, {}, {})
+    assert selected_hparams(store, "m", "cifar10c", "sar") == {"lr_scale": 100.0}

@@ -65,7 +65,9 @@ def test_names_and_groups_follow_the_benchmark() -> None:
     )  # fmt: skip
     assert corruptions.EXTRA == ("speckle_noise", "gaussian_blur", "spatter", "saturate")
     assert sum(corruptions.GROUPS.values(), ()) == corruptions.BENCHMARK
-    assert corruptions.GROUPS["weather"] == ("snow", "frost", "fog")
+    # Hendrycks & Dietterich's figure 1 and the paper's tables: 3/4/4/4, brightness under Weather
+    assert corruptions.GROUPS["weather"] == ("snow", "frost", "fog", "brightness")
+    assert corruptions.GROUPS["digital"] == ("contrast", "elastic_transform", "pixelate", "jpeg_compression")
     for preset in PRESETS.values():
         assert set(preset.table) == set(corruptions.ALL)
         assert all(len(values) == 5 for values in preset.table.values())
@@ -260,7 +262,7 @@ def test_motion_blur_equals_imagemagick(tmp_path, cifar_batch, radius, sigma, an
 
 def test_brightness_and_saturate_closed_forms() -> None:
     image = np.array([[[[0, 0, 0], [10, 10, 10], [200, 100, 50], [255, 255, 255]]]], np.uint8)
-    bright = digital.brightness(image, 0.1, [])[0, 0]
+    bright = weather.brightness(image, 0.1, [])[0, 0]
     assert bright[0].tolist() == [25, 25, 25]  # black becomes grey (c, c, c)
     assert bright[3].tolist() == [255, 255, 255]  # saturated stays saturated
     assert bright[2][0] == 225 and bright[2][1] < bright[2][0]  # gain on the value keeps the hue

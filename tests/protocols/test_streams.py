@@ -210,10 +210,13 @@ def test_blind_spot_has_only_wrong_samples_and_the_length(mask, length, seed) ->
     assert np.array_equal(stream, streams.blind_spot(mask, length, seed))
 
 
-def test_blind_spot_defaults_to_the_dataset_size_and_rejects_nothing_wrong() -> None:
+def test_blind_spot_defaults_to_one_pass_and_rejects_nothing_wrong() -> None:
     mask = np.zeros(50, dtype=bool)
-    mask[[3, 7]] = True
-    assert len(streams.blind_spot(mask, None, 0)) == 50
+    mask[[3, 7, 20]] = True
+    one_pass = streams.blind_spot(mask, None, 0)
+    assert sorted(one_pass) == [3, 7, 20]  # each mistake once, as the paper
+    repeated = streams.blind_spot(mask, 50, 0)  # the earlier, harsher stream: the set's size
+    assert len(repeated) == 50 and np.array_equal(repeated[:3], one_pass)
     with pytest.raises(ValueError, match="nothing wrong"):
         streams.blind_spot(np.zeros(5, dtype=bool), 5, 0)
     with pytest.raises(ValueError, match="boolean"):

@@ -3,7 +3,8 @@
 * :func:`plot_diagnostics`: one panel per quantity the paper tracks over the stream (online accuracy as a
   running mean, mean logit norm, centre dominance, ``‖θ_h − I‖_F``, the entropy and the divergence terms),
   one line per run;
-* :func:`plot_lr_heatmap`: accuracy of a learning-rate sweep on a grid (rows ``η_f``, columns ``η_h``).
+* :func:`plot_lr_heatmap`: accuracy of a learning-rate sweep on a grid (rows ``η_f``, columns ``η_h``);
+* :func:`plot_summary`: the scenario × model grid of ZeroSiam − NoAdapt with ZeroSiam's rank in each cell.
 
 Figures are drawn on a bare :class:`matplotlib.figure.Figure` attached to the Agg canvas, never through
 ``pyplot``: no window, no global backend switch, and nothing left open in a long-running process.
@@ -19,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from zerosiam.bench.names import method_name, method_rank
 from zerosiam.bench.report import run_labels
+from zerosiam.bench.summary import Summary
 
 # (curve key, panel title, y-axis label) in the order of the paper's diagnostics.
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -193,3 +196,65 @@ def _annotate(ax: Any, grid: np.ndarray) -> None:
         text = "–" if not np.isfinite(value) else f"{value:.1f}"
         colour = "black" if np.isfinite(value) and value > middle else "white"
         ax.text(j, i, text, ha="center", va="center", color=colour if np.isfinite(value) else "grey")
+
+
+SUMMARY_WIDTH = 7.5  # inches: 900 px at the 120 dpi of :func:`_save`, the width the results page shows
+SUMMARY_RANK = "(in brackets: ZeroSiam's rank among the adapting methods)"
+# Points past which the colour saturates: a BatchNorm model's ±25-point swings would otherwise pale the
+# one-to-five-point differences that separate methods everywhere else (the cells keep their numbers).
+SUMMARY_SATURATION = 10.0
+
+
+def summary_grid(summary: Summary) -> np.ndarray:
+    """ZeroSiam − NoAdapt per (scenario, model) as an array, NaN where the cell is missing."""
+    return np.array(
+        [
+            [np.nan if (d := summary.cell(s, m).difference) is None else d for m in summary.models]
+            for s in summary.scenarios
+        ],
+        dtype=float,
+    ).reshape(len(summary.scenarios), len(summary.models))
+
+
+def plot_summary(summary: Summary, path: str | Path, *, title: str | None = None) -> Path:
+    """Write the summary heat map to ``path``: colour = ZeroSiam − NoAdapt on a diverging map centred on 0
+    (blue above, red below, limits symmetric so that equal gains and losses look equally strong), each
+    cell annotated with its text, missing cells grey."""
+    grid = summary_grid(summary)
+    if not grid.size:
+        raise ValueError("plot_summary needs at least one scenario and one model")
+    finite = np.abs(grid[np.isfinite(grid)])
+    largest = float(finite.max()) if finite.size else 0.0
+    limit = min(max(largest, 1.0), SUMMARY_SATURATION)  # a flat grid still gets a scale
+    height = 0.55 * len(summary.scenarios) + 1.8
+    figure = Figure(figsize=(SUMMARY_WIDTH, height), layout="constrained")
+    ax = figure.subplots()
+    cmap = colormaps["RdBu"].with_extremes(bad="lightgrey")
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto")
+    _annotate_summary(ax, summary, grid, limit)
+    tilted = len(summary.models) > 4 or max(map(len, summary.models)) > 12  # long names would overlap
+    rotation, alignment = (30, "right") if tilted else (0, "center")
+    ax.set_xticks(range(len(summary.models)), summary.models, rotation=rotation, ha=alignment)
+    ax.set_yticks(range(len(summary.scenarios)), summary.scenarios)
+    ax.set_xlabel("model")
+    ax.set_ylabel("scenario")
+    figure.colorbar(
+        image, ax=ax, label="ZeroSiam − NoAdapt (points)", extend="both" if largest > limit else "neither"
+    )
+    ax.set_title(title or f"ZeroSiam − NoAdapt in accuracy points, {summary.scope}\n{SUMMARY_RANK}")
+    return _save(figure, path)
+
+
+def _annotate_summary(ax: Any, summary: Summary, grid: np.ndarray, limit: float) -> None:
+    """Each cell's text on two lines (difference over rank), so that it fits six models in 900 px."""
+    size = 10 if len(summary.models) <= 6 else 8
+    for (i, j), value in np.ndenumerate(grid):
+        text = summary.cell(summary.scenarios[i], summary.models[j]).text.replace(" ", "\n")
+        ax.text(j, i, text, ha="center", va="center", color=_text_colour(value, limit), fontsize=size)
+
+
+def _text_colour(value: float, limit: float) -> str:
+    """Grey on a missing (grey) cell, white on the dark ends of the colour map, black elsewhere."""
+    if not np.isfinite(value):
+        return "dimgrey"
+    return "white" if abs(value) > 0.6 * limit else "black"

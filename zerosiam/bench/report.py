@@ -401,12 +401,19 @@ def format_cell(cell: Cell, *, mark: str = "", plus_minus: str = " ± ") -> str:
     return text + (mark if cell.worse else "")
 
 
-def to_markdown(tables: Sequence[Table]) -> str:
-    """All tables as Markdown: a heading, the table, and its notes under it."""
+def title_line(title: str, caption: bool = False) -> str:
+    """A table's title: a ``###`` heading, or with ``caption`` a bold line, for a page that embeds many
+    tables and would otherwise repeat one heading (and its link anchor) many times."""
+    return f"**{title}**" if caption else f"### {title}"
+
+
+def to_markdown(tables: Sequence[Table], *, caption: bool = False) -> str:
+    """All tables as Markdown: a title (see :func:`title_line`), the table, and its notes under it."""
     blocks = []
     for table in tables:
         header = ["Method"] + [COLUMN_NAMES.get(c, c) for c in table.columns]
-        lines = [f"### {table.title}", "", _md_row(header), _md_row(["---"] + ["---:"] * len(table.columns))]
+        lines = [title_line(table.title, caption), ""]
+        lines += [_md_row(header), _md_row(["---"] + ["---:"] * len(table.columns))]
         for method in table.methods:
             cells = [format_cell(table.cell(method, c), mark=f" {WORSE_MARK}") for c in table.columns]
             lines.append(_md_row([method] + cells))
@@ -416,7 +423,7 @@ def to_markdown(tables: Sequence[Table]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
+def selections_markdown(rows: Iterable[Mapping[str, Any]], *, caption: bool = False) -> str:
     """The learning rates ``zerosiam select-lr`` chose (rows of kind ``lr_selection``), one Markdown table
     per (dataset, protocol, severity): a line per model and method with every candidate's mean accuracy
     on the held-out corruptions, the chosen one in bold."""
@@ -428,8 +435,9 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
     for (dataset, protocol, severity), members in sorted(by_setting.items()):
         candidates = list(dict.fromkeys(key for row in members for key in row["metrics"]["candidates"]))
         candidates.sort(key=_natural)
-        title = f"### Learning rates chosen on {DATASET_NAMES.get(dataset, dataset)}'s held-out corruptions"
-        lines = [f"{title}, protocol {protocol}, severity {severity}: mean accuracy (%)", ""]
+        title = f"Learning rates chosen on {DATASET_NAMES.get(dataset, dataset)}'s held-out corruptions"
+        title += f", protocol {protocol}, severity {severity}: mean accuracy (%)"
+        lines = [title_line(title, caption), ""]
         lines += [
             _md_row(["Model", "Method", *candidates]),
             _md_row(["---", "---"] + ["---:"] * len(candidates)),
@@ -450,7 +458,9 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def data_free_markdown(choices: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]]) -> str:
+def data_free_markdown(
+    choices: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]], *, caption: bool = False
+) -> str:
     """The data-free η_h choices (rows of kind ``data_free_selection``) as the paper's Table V: per model,
     each candidate's entropy change on pure noise (the chosen one in bold) above its label-shift accuracy,
     the mean over the ZeroSiam runs in ``runs`` that set exactly that η_f and η_h."""
@@ -477,9 +487,9 @@ def data_free_markdown(choices: Iterable[Mapping[str, Any]], runs: Iterable[Mapp
         ]
         scope = sorted(corruptions[model, lr])
         cells = [_partial_mean(accuracies.get((model, lr, c), []), len(scope)) for c in candidates]
-        title = (f"### Data-free η_h for ZeroSiam on {model} (η_f = {lr:g}): entropy change on "
+        title = (f"Data-free η_h for ZeroSiam on {model} (η_f = {lr:g}): entropy change on "
                  f"{spec['images']:,} pure-noise images, and label-shift accuracy")  # fmt: skip
-        lines = [title, "", _md_row(["", *(f"η_h = {c:g}" for c in candidates)]),
+        lines = [title_line(title, caption), "", _md_row(["", *(f"η_h = {c:g}" for c in candidates)]),
                  _md_row(["---"] + ["---:"] * len(candidates)),
                  _md_row(["|ΔH| (nats)", *changes]), _md_row(["accuracy (%)", *cells]), "",
                  f"Bold: the data-free choice (least |ΔH|). Accuracy: mean over "

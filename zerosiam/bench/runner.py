@@ -38,6 +38,7 @@ from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
 from zerosiam.parts.precision import check_precision, forward_precision
+from zerosiam.parts.streams import put_rows
 from zerosiam.protocols import seeding, streams
 from zerosiam.protocols.build import (
     MIXED,
@@ -82,8 +83,9 @@ class RunSpec:
     """Everything that determines a run's result. ``hparams`` are ``adapt`` overrides (lr, predictor_lr, …).
 
     ``corruption`` is ``"mixed"`` for the mixed protocol, which streams all 15 corruptions in one run.
-    ``stream_length`` sets T for label shift and the length of the blind-spot stream (default: the
-    dataset size); ``noise`` the noise-prefix length; ``epochs`` the passes of the epochs protocol.
+    ``stream_length`` sets T for label shift (default: the dataset size) and the length of the blind-spot
+    stream (default: one pass over the source model's mistakes, as the paper); ``noise`` the noise-prefix
+    length; ``epochs`` the passes of the epochs protocol.
     ``precision`` is the forward's (``fp32``, ``bf16``, ``fp16``); ``model_options`` go to
     ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
     ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
@@ -227,20 +229,20 @@ def run_stacked(
     torch.manual_seed(spec.seed)
     model = zerosiam.load_model(spec.model, **spec.model_options).to(device)
     stacked = [stream_for(one, source_model=model, device=device) for one in specs]
-    batches = [StreamBatches(stream) for stream in stacked]
-    if len({len(b) for b in batches}) > 1:
-        raise ValueError(f"stacked runs need streams of one length, got {sorted({len(b) for b in batches})}")
+    ends = [len(StreamBatches(stream)) for stream in stacked]
+    length = max(ends)
+    batches = [StreamBatches(padded(stream, length)) for stream in stacked]
     adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs))
+    aside = SetAside(adapter, ends)
     scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
     if isinstance(adapter, Relay):
         checkpoint = None
     saved = checkpoint.load(device) if checkpoint is not None else None
-    first, spent, waited = _resume(saved, adapter, scores) if saved is not None else (0, 0.0, 0.0)
+    first, spent, waited = _resume(saved, adapter, scores, aside) if saved is not None else (0, 0.0, 0.0)
     start = time.perf_counter() - spent
     loaders = [iter(b.loader(device, shared_by=len(specs), start=first)) for b in batches]
     if saved is not None:  # after the loaders, which draw their seeds from it
         restore_random_state(saved["random"], device)
-    length = len(batches[0])
     steps = tqdm(
         range(first, length), initial=first, total=length, desc=spec.method, leave=False, disable=not progress
     )
@@ -252,41 +254,46 @@ def run_stacked(
         waited += time.perf_counter() - asked
         x, y = to_device(torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data]), device)
         hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
-        for score, stream_batches, stream_hits in zip(scores, batches, hits, strict=True):
-            score.add(index, *stream_batches.bounds[index], stream_hits)
+        for score, stream_batches, stream_hits, end in zip(scores, batches, hits, ends, strict=True):
+            if index < end:
+                score.add(index, *stream_batches.bounds[index], stream_hits)
+        aside.after(index + 1)
         if checkpoint is not None and checkpoint.due():
             spent = time.perf_counter() - start
-            checkpoint.save(_checkpoint_state(index + 1, adapter, scores, spent, waited, device))
+            checkpoint.save(_checkpoint_state(index + 1, adapter, scores, aside, spent, waited, device))
         if report is not None:
             report(index + 1, total)
     if frozen_rows:  # the blind spot: the adapted models frozen, on the whole sets
+        aside.put_back()
         scored = None if report is None else lambda done: report(length + done, total)
         frozen = stacked_frozen_hits(adapter.predict, stacked, frozen_rows, device, scored)
         for score, hits in zip(scores, frozen, strict=True):
             score.frozen(hits)
     seconds = (time.perf_counter() - start) / len(specs)
-    return _results(specs, scores, adapter, seconds, waited / len(specs), first, own_peak, device)
+    return _results(specs, scores, adapter, ends, seconds, waited / len(specs), first, own_peak, device)
 
 
 def _results(
     specs: Sequence[RunSpec],
     scores: list[_Score],
     adapter: Adapter | Relay,
+    ends: list[int],
     seconds: float,
     waited: float,
     first: int,
     own_peak: bool,
     device: torch.device,
 ) -> list[Result]:
-    """Each run's result from its score and its stream's record; ``seconds`` and ``waited`` are each
-    run's share, ``first`` the step a resumed task went on from, and ``own_peak`` whether the peak memory
-    mark was reset for this task (where the kernel refuses, the peak is the whole process's)."""
+    """Each run's result from its score and its stream's record up to its own ``end``; ``seconds`` and
+    ``waited`` are each run's share, ``first`` the step a resumed task went on from, and ``own_peak``
+    whether the peak memory mark was reset for this task (where the kernel refuses, the peak is the whole
+    process's)."""
     spec = specs[0]
     env = {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)}
     results = []
-    for number, (one, score) in enumerate(zip(specs, scores, strict=True)):
-        history = adapter.stream_history(number) if len(specs) > 1 else adapter.history
-        metrics = _metrics(score, seconds, adapter.steps, history, device)
+    for number, (one, score, end) in enumerate(zip(specs, scores, ends, strict=True)):
+        history = (adapter.stream_history(number) if len(specs) > 1 else adapter.history)[:end]
+        metrics = _metrics(score, seconds, len(history), history, device)
         metrics["data_wait_fraction"] = waited / seconds if seconds > 0 else 0.0
         metrics["peak_rss_scope"] = "run" if own_peak else "process"
         if len(specs) > 1:
@@ -300,7 +307,13 @@ def _results(
 
 
 def _checkpoint_state(
-    step: int, adapter: Adapter, scores: list[_Score], spent: float, waited: float, device: torch.device
+    step: int,
+    adapter: Adapter,
+    scores: list[_Score],
+    aside: SetAside,
+    spent: float,
+    waited: float,
+    device: torch.device,
 ) -> dict[str, Any]:
     """What a checkpoint holds after ``step`` batches: everything the next step reads, and the clock."""
     return {
@@ -309,19 +322,81 @@ def _checkpoint_state(
         "waited": waited,
         "adapter": adapter.state_dict(),
         "scores": [score.state_dict() for score in scores],
+        "set_aside": aside.state_dict(),
         "random": random_state(device),
     }
 
 
-def _resume(saved: dict[str, Any], adapter: Adapter, scores: list[_Score]) -> tuple[int, float, float]:
+def _resume(
+    saved: dict[str, Any], adapter: Adapter, scores: list[_Score], aside: SetAside
+) -> tuple[int, float, float]:
     """Put a checkpoint's state back; the step to go on from, and the seconds spent and waited so far."""
     adapter.load_state_dict(saved["adapter"])
     for score, state in zip(scores, saved["scores"], strict=True):
         score.load_state_dict(state)
+    aside.load_state_dict(saved.get("set_aside", {}))  # checkpoints of streams of one length had none
     return saved["step"], saved["seconds"], saved["waited"]
 
 
-STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps, streams of one length
+def padded(stream: Stream, length: int) -> Stream:
+    """``stream`` brought to ``length`` steps by playing its rows again: the stacked streams of one task
+    step together, so one that ends first fills the steps after its end with filler. Nothing of those
+    steps is scored or kept (``SetAside``). Only one-sample steps are padded: a filler row must not join
+    a stream's own last batch."""
+    missing = length - len(stream.rows)
+    if missing <= 0:
+        return stream
+    if stream.batch_size != 1:
+        raise ValueError(f"stacked streams of batch size {stream.batch_size} must be of one length")
+    return dataclasses.replace(
+        stream,
+        rows=np.concatenate([stream.rows, np.resize(stream.rows, (missing, stream.rows.shape[1]))]),
+        evaluated=np.concatenate([stream.evaluated, np.zeros(missing, bool)]),
+    )
+
+
+class SetAside:
+    """Each stacked stream's adapted weights as they were after its own last step.
+
+    Stacked streams step together for as long as the longest, so a stream whose stream ended earlier
+    (the blind spot's one pass over a corruption with fewer mistakes) keeps adapting on filler. Its
+    weights at its own end are set aside here and put back before the frozen scoring, which reads only
+    the adapted weights (``Adapter.predict`` forwards the model, not the predictor). Streams of one
+    length set nothing aside.
+    """
+
+    def __init__(self, adapter: Adapter | Relay, ends: list[int]) -> None:
+        self.ends = ends
+        self.adapter = adapter
+        early = any(end < max(ends) for end in ends) and adapter.recipe.adapts  # NoAdapt keeps no weights
+        self.kept = {name: p.detach().clone() for name, p in adapter.params.items()} if early else {}
+
+    def after(self, step: int) -> None:
+        """Set aside the weights of the streams whose last step was ``step`` (counted from 1)."""
+        if not self.kept or step not in self.ends:
+            return
+        for name, param in self.adapter.params.items():
+            done = torch.tensor([end == step for end in self.ends], device=param.device)
+            put_rows(self.kept[name], param.detach(), done)
+
+    def put_back(self) -> None:
+        """Every stream's weights as they were at its own end (the longest's are its current ones)."""
+        if not self.kept:
+            return
+        self.after(max(self.ends))
+        with torch.no_grad():
+            for name, param in self.adapter.params.items():
+                param.copy_(self.kept[name])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: tensor.clone() for name, tensor in self.kept.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, tensor in state.items():
+            self.kept[name].copy_(tensor)
+
+
+STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps
 
 
 def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:

@@ -133,11 +133,19 @@ def selected_hparams(store: ResultStore, model: str, dataset: str, method: str) 
 
 
 def _chosen(rows: list[dict[str, Any]], path: Path, model: str, dataset: str, method: str) -> dict[str, Any]:
-    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path``."""
-    chosen = {
-        _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
+    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path``. A selection
+    whose candidates another one's include is superseded by it: extending the candidates past a choice at
+    the edge of the grid (``--lr-scale ...,30,100``) replaces the earlier choice."""
+    mine = [
+        row
         for row in rows
         if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]) == (model, dataset, method)
+    ]
+    candidates = [set(row["metrics"].get("candidates", ())) for row in mine]
+    chosen = {
+        _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
+        for row, own in zip(mine, candidates, strict=True)
+        if not any(own < other for other in candidates)
     }
     if not chosen:
         raise ValueError(

@@ -62,6 +62,14 @@ def interruptible() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def refuse_text_store(db: object) -> None:
+    """Stop a command that writes results, before any work, when ``--db`` is a committed text store."""
+    from zerosiam.bench.textstore import READ_ONLY, is_text_store
+
+    if is_text_store(db):
+        raise UsageError(f"{db} {READ_ONLY}")
+
+
 def resume_hint(stop: Interrupted, store: Any, specs: Sequence[Any], db: object) -> str:
     """What an interrupted grid leaves behind, and how to go on."""
     stored = sum(store.has(spec.run_id) for spec in specs)

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from zerosiam.cli._args import csv_list, device_name, int_list, non_negative_float, positive_int
-from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
+from zerosiam.cli._errors import (
+    Interrupted,
+    UsageError,
+    interruptible,
+    refuse_text_store,
+    report_failures,
+    resume_hint,
+)
 
 
 def _value(text: str) -> Any:
@@ -171,6 +178,7 @@ def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.select import grid_specs
     from zerosiam.bench.store import ResultStore
 
+    refuse_text_store(args.db)
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")

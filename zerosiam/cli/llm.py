@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 
 from zerosiam.cli._args import csv_list, device_name, positive_int
-from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
+from zerosiam.cli._errors import (
+    Interrupted,
+    UsageError,
+    interruptible,
+    refuse_text_store,
+    report_failures,
+    resume_hint,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +59,7 @@ def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.language_table import markdown_table
     from zerosiam.bench.store import ResultStore
 
+    refuse_text_store(args.db)
     try:
         specs = [LanguageRunSpec(**values) for values in _spec_values(args)]  # checked before the model loads
     except ValueError as error:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zerosiam.bench import report
+from zerosiam.bench import report, summary
 from zerosiam.bench.names import DATASET_NAMES, method_name
 
 
@@ -19,7 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report`` and its filters and outputs."""
     parser = subparsers.add_parser("report", help="accuracy tables and diagnostic figures from results")
     parser.add_argument(
-        "--db", required=True, metavar="PATH", help="SQLite results database written by the benchmark"
+        "--db",
+        required=True,
+        metavar="PATH",
+        help="results: a SQLite file written by the benchmark, or a text store folder (docs/results/study)",
     )
     parser.add_argument("--dataset", metavar="D", help="keep only this dataset (e.g. cifar10c)")
     parser.add_argument("--model", metavar="M", help="keep only this model (e.g. resnet20)")
@@ -31,7 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--methods", metavar="M1,M2", help="keep only these methods (e.g. noadapt,tent,zerosiam)"
     )
     parser.add_argument(
-        "--grid", metavar="YAML", help="keep only the runs of this grid file (as `zerosiam bench` ran it)"
+        "--grid",
+        action="append",
+        metavar="YAML",
+        help="keep only the runs of this grid file (as `zerosiam bench` ran it); repeat it for the union of "
+        "several grids",
     )
     columns = parser.add_mutually_exclusive_group()
     columns.add_argument("--groups", action="store_true", help="Noise/Blur/Weather/Digital means as columns")
@@ -54,6 +61,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--heatmap", action="store_true", help="heat map of each learning-rate sweep (needs --out)"
     )
     parser.add_argument(
+        "--caption",
+        action="store_true",
+        help="each table's title as a bold line instead of a ### heading (for a page embedding many tables)",
+    )
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="instead of the tables, one scenario x model grid of ZeroSiam - NoAdapt and ZeroSiam's rank "
+        "among the adapting methods (summary.md and, with --plot, summary.png under --out)",
+    )
+    parser.add_argument(
         "--selections", action="store_true", help="the learning rates `zerosiam select-lr` chose, instead"
     )
     parser.add_argument(
@@ -67,9 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _load_rows(db: str) -> list[dict[str, Any]]:
     """All vision rows of the database (imported here so that ``--help`` works without the store)."""
-    from zerosiam.bench.store import ResultStore
+    from zerosiam.bench.textstore import open_store
 
-    return ResultStore(db).rows(kind="vision")
+    return open_store(db).rows(kind="vision")
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -77,8 +95,12 @@ def run_report(args: argparse.Namespace) -> int:
     if (args.plot or args.heatmap) and not args.out:
         print("error: --plot and --heatmap write files; give --out DIR", file=sys.stderr)
         return 2
-    if not Path(args.db).is_file():
-        print(f"error: no results database at {args.db}", file=sys.stderr)
+    from zerosiam.bench.textstore import open_store
+
+    try:
+        open_store(args.db)  # a text store is rebuilt here, once, into the cache the readers below use
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     if args.selections:
         return _print_selections(args)
@@ -93,19 +115,66 @@ def run_report(args: argparse.Namespace) -> int:
     }
     rows = report.select_rows(_load_rows(args.db), **filters)
     if args.grid:
-        wanted = _grid_run_ids(args.grid, args.db)
+        wanted = _grids_run_ids(args.grid, args.db)
         if wanted is None:
             return 2
         rows = [row for row in rows if row["run_id"] in wanted]
+    if args.summary:
+        return _print_summary(rows, args)
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
         return 1
-    print(report.to_markdown(tables), end="")
+    print(report.to_markdown(tables, caption=args.caption), end="")
     if args.out:
         for path in _write_outputs(tables, rows, args):
             print(f"wrote {path}")
     return 0
+
+
+def _grids_run_ids(paths: Sequence[str], db: str) -> set[str] | None:
+    """The union of the run ids of several grid files (a study split into one grid per protocol); None
+    when one of them cannot be read."""
+    wanted: set[str] = set()
+    for path in paths:
+        found = _grid_run_ids(path, db)
+        if found is None:
+            return None
+        wanted |= found
+    return wanted
+
+
+def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> int:
+    """Print the summary grid of ``rows``; with ``--out`` also write ``summary.md`` (and with ``--plot``
+    ``summary.png``). An ambiguous cell is a usage error: the user narrows the rows, not the summary."""
+    if args.groups or args.by_seed or args.heatmap:
+        print("error: --summary has its own columns; drop --groups, --by-seed and --heatmap", file=sys.stderr)
+        return 2
+    try:
+        found = summary.build_summary(rows)
+    except summary.AmbiguousCell as error:
+        print(f"error: {error}; narrow it with --grid or --methods", file=sys.stderr)
+        return 2
+    if not found.cells:
+        print("no vision results match these filters", file=sys.stderr)
+        return 1
+    text = summary.to_markdown(found)
+    print(text, end="")
+    if args.out:
+        for path in _write_summary(found, text, Path(args.out), args.plot):
+            print(f"wrote {path}")
+    return 0
+
+
+def _write_summary(found: summary.Summary, text: str, out: Path, plot: bool) -> list[Path]:
+    """Write ``summary.md`` (exactly what was printed) and, when asked, the heat map ``summary.png``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    if not plot:
+        return [out / "summary.md"]
+    from zerosiam.bench.plots import plot_summary
+
+    return [out / "summary.md", plot_summary(found, out / "summary.png")]
 
 
 def _grid_run_ids(path: str, db: str) -> set[str] | None:
@@ -113,10 +182,10 @@ def _grid_run_ids(path: str, db: str) -> set[str] | None:
     when the grid cannot be read."""
     from zerosiam.bench.grid import Grid
     from zerosiam.bench.select import grid_specs
-    from zerosiam.bench.store import ResultStore
+    from zerosiam.bench.textstore import open_store
 
     try:
-        return {spec.run_id for spec in grid_specs(Grid.from_yaml(Path(path)), ResultStore(db))}
+        return {spec.run_id for spec in grid_specs(Grid.from_yaml(Path(path)), open_store(db))}
     except (OSError, ValueError) as error:
         print(f"error: grid {path}: {error}", file=sys.stderr)
         return None
@@ -125,11 +194,11 @@ def _grid_run_ids(path: str, db: str) -> set[str] | None:
 def _print_selections(args: argparse.Namespace) -> int:
     """The ``lr_selection`` rows of the store as tables, filtered by model and dataset when given."""
     from zerosiam.bench.select import SELECTION_KIND
-    from zerosiam.bench.store import ResultStore
+    from zerosiam.bench.textstore import open_store
 
     rows = [
         row
-        for row in ResultStore(args.db).rows(SELECTION_KIND)
+        for row in open_store(args.db).rows(SELECTION_KIND)
         if all(
             v is None or row["spec"].get(k) == v
             for k, v in (("model", args.model), ("dataset", args.dataset))
@@ -138,23 +207,23 @@ def _print_selections(args: argparse.Namespace) -> int:
     if not rows:
         print("no learning-rate selection matches these filters", file=sys.stderr)
         return 1
-    print(report.selections_markdown(rows), end="")
+    print(report.selections_markdown(rows, caption=args.caption), end="")
     return 0
 
 
 def _print_data_free(args: argparse.Namespace) -> int:
     """The ``data_free_selection`` rows of the store beside the accuracy of each candidate's runs."""
     from zerosiam.bench.select import DATA_FREE_KIND
-    from zerosiam.bench.store import ResultStore
+    from zerosiam.bench.textstore import open_store
 
-    store = ResultStore(args.db)
+    store = open_store(args.db)
     choices = [row for row in store.rows(DATA_FREE_KIND) if args.model in (None, row["spec"]["model"])]
     if not choices:
         print(
             "no data-free choice matches these filters; run `zerosiam select-lr --data-free`", file=sys.stderr
         )
         return 1
-    print(report.data_free_markdown(choices, _load_rows(args.db)), end="")
+    print(report.data_free_markdown(choices, _load_rows(args.db), caption=args.caption), end="")
     return 0
 
 
@@ -166,7 +235,7 @@ def _write_outputs(
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in (
-        ("table.md", report.to_markdown(tables)),
+        ("table.md", report.to_markdown(tables, caption=args.caption)),
         ("table.csv", report.to_csv(tables)),
         ("table.tex", report.to_latex(tables)),
     ):

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from zerosiam.cli._args import device_name, positive_int
-from zerosiam.cli._errors import UsageError
+from zerosiam.cli._errors import UsageError, refuse_text_store
 
 
 def _floats(text: str) -> list[float]:
@@ -56,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.select import data_free_predictor_lr, select_on_held_out
     from zerosiam.bench.store import ResultStore
 
+    refuse_text_store(args.db)
     device = resolve_device(args.device)  # checked when the flags were read
     if args.data_free:
         if not args.predictor_lr:

@@ -213,3 +213,11 @@ def _fold_coordinate(coord: np.ndarray, size: int, border: Border) -> tuple[np.n
     frac = (coord - lower).astype(coord.dtype)
     lower = lower.astype(np.int64)
     return np.clip(lower, 0, size - 1), np.clip(lower + 1, 0, size - 1), frac
+
+
+def value_and_saturation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """HSV value (max channel) and saturation ((max − min)/max, 0 on black), kept as (N, H, W, 1)."""
+    value = np.maximum(np.maximum(x[..., 0:1], x[..., 1:2]), x[..., 2:3])  # faster than max(axis=-1)
+    spread = value - np.minimum(np.minimum(x[..., 0:1], x[..., 1:2]), x[..., 2:3])
+    saturation = np.divide(spread, value, out=np.zeros_like(value), where=value > 0)
+    return value, saturation

@@ -36,7 +36,7 @@ _REGISTRY: tuple[Corruption, ...] = (
     Corruption("snow", "weather", weather.snow, True),
     Corruption("frost", "weather", weather.frost, True),
     Corruption("fog", "weather", weather.fog, True),
-    Corruption("brightness", "digital", digital.brightness, False),
+    Corruption("brightness", "weather", weather.brightness, False),
     Corruption("contrast", "digital", digital.contrast, False),
     Corruption("elastic_transform", "digital", digital.elastic_transform, True),
     Corruption("pixelate", "digital", digital.pixelate, False),

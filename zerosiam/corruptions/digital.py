@@ -1,4 +1,4 @@
-"""Digital corruptions: brightness, contrast, elastic transform, pixelate, JPEG and (extra) saturate."""
+"""Digital corruptions: contrast, elastic transform, pixelate, JPEG and (extra) saturate."""
 
 from __future__ import annotations
 
@@ -9,32 +9,19 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image
 
-from ._common import along_last, along_rows, bilinear_sample, gaussian_matrix, separable, to_uint8, unit
+from ._common import (
+    along_last,
+    along_rows,
+    bilinear_sample,
+    gaussian_matrix,
+    separable,
+    to_uint8,
+    unit,
+    value_and_saturation,
+)
 
 
 # ------------------------------------------------------------------------------------------- HSV based
-def _value_and_saturation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """HSV value (max channel) and saturation ((max − min)/max, 0 on black), kept as (N, H, W, 1)."""
-    value = np.maximum(np.maximum(x[..., 0:1], x[..., 1:2]), x[..., 2:3])  # faster than max(axis=-1)
-    spread = value - np.minimum(np.minimum(x[..., 0:1], x[..., 1:2]), x[..., 2:3])
-    saturation = np.divide(spread, value, out=np.zeros_like(value), where=value > 0)
-    return value, saturation
-
-
-def brightness(images: np.ndarray, c: float, rngs: Sequence) -> np.ndarray:
-    """Raise the HSV value by c (clipped to 1), keeping hue and saturation.
-
-    Closed form of the HSV round trip: each pixel is scaled by min(V + c, 1)/V, and black pixels become
-    grey (c, c, c). The max channel is set to the new value exactly, so saturated pixels reach 255.
-    """
-    x = unit(images)
-    value, _ = _value_and_saturation(x)
-    new_value = np.minimum(value + c, 1.0)
-    gain = np.divide(new_value, value, out=np.zeros_like(value), where=value > 0)
-    out = np.where(value > 0, x * gain, c)
-    return to_uint8(np.where(x == value, new_value, out))
-
-
 def saturate(images: np.ndarray, params: tuple[float, float], rngs: Sequence) -> np.ndarray:
     """Scale the HSV saturation: S′ = clip(a·S + b), keeping hue and value.
 
@@ -43,7 +30,7 @@ def saturate(images: np.ndarray, params: tuple[float, float], rngs: Sequence) ->
     """
     a, b = params
     x = unit(images)
-    value, saturation = _value_and_saturation(x)
+    value, saturation = value_and_saturation(x)
     new_saturation = np.clip(saturation * a + b, 0.0, 1.0)
     ratio = np.divide(new_saturation, saturation, out=np.zeros_like(value), where=saturation > 0)
     coloured = value - (value - x) * ratio

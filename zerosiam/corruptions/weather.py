@@ -1,4 +1,4 @@
-"""Weather corruptions: snow, frost, fog and (extra) spatter."""
+"""Weather corruptions: snow, frost, fog, brightness and (extra) spatter (Hendrycks & Dietterich's groups)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ._common import (
     separable,
     to_uint8,
     unit,
+    value_and_saturation,
 )
 
 FROST_FILES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg", "frost6.jpg")
@@ -128,6 +129,21 @@ def fog(images: np.ndarray, params: tuple[float, float, int], rngs: Sequence[np.
     peak = x.max(axis=(1, 2, 3), keepdims=True)
     haze = plasma_fractal(rngs, map_size, decay)[:, :h, :w, None]
     return to_uint8((x + strength * haze) * peak / (peak + strength))
+
+
+# ------------------------------------------------------------------------------------------- brightness
+def brightness(images: np.ndarray, c: float, rngs: Sequence) -> np.ndarray:
+    """Raise the HSV value by c (clipped to 1), keeping hue and saturation.
+
+    Closed form of the HSV round trip: each pixel is scaled by min(V + c, 1)/V, and black pixels become
+    grey (c, c, c). The max channel is set to the new value exactly, so saturated pixels reach 255.
+    """
+    x = unit(images)
+    value, _ = value_and_saturation(x)
+    new_value = np.minimum(value + c, 1.0)
+    gain = np.divide(new_value, value, out=np.zeros_like(value), where=value > 0)
+    out = np.where(value > 0, x * gain, c)
+    return to_uint8(np.where(x == value, new_value, out))
 
 
 # ------------------------------------------------------------------------------------------- spatter

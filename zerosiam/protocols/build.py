@@ -36,8 +36,9 @@ class StreamSpec(Protocol):
 
     ``corruption`` names the domain ``load`` is asked for (``"mixed"`` for the mixed protocol, which asks
     for each of its domains instead); ``limit`` keeps a seeded subsample of each domain; ``stream_length``
-    sets T for label shift and the blind spot (default: the domain's size); ``noise`` is the noise-prefix
-    length and ``epochs`` the passes of the epochs protocol.
+    sets T for label shift (default: the domain's size) and the blind spot's length (default: one pass
+    over the mistakes); ``noise`` is the noise-prefix length and ``epochs`` the passes of the epochs
+    protocol.
     """
 
     @property
@@ -172,7 +173,8 @@ def _shuffled(domain: Domain, seed: int) -> np.ndarray:
 
 
 def _blind_spot_stream(spec: StreamSpec, domain: Domain, mistakes: np.ndarray) -> Stream:
-    """Adapt one image at a time on the source model's ``mistakes`` only, then score the whole set frozen.
+    """Adapt one image at a time on the source model's ``mistakes`` only (one pass, unless
+    ``spec.stream_length`` asks for another length), then score the whole set frozen.
 
     The whole set is scored in the ``mild`` order, the same one a mild run of this seed sees.
     """
@@ -181,7 +183,7 @@ def _blind_spot_stream(spec: StreamSpec, domain: Domain, mistakes: np.ndarray) -
             f"mistakes must be one bool per image of {spec.corruption!r} ({len(domain[1])}), "
             f"got {mistakes.dtype} of shape {mistakes.shape}"
         )
-    rows = _single(streams.blind_spot(mistakes, spec.stream_length or len(mistakes), spec.seed))
+    rows = _single(streams.blind_spot(mistakes, spec.stream_length, spec.seed))
     shuffled = _shuffled(domain, spec.seed)
     return Stream([domain], [spec.corruption], rows, np.zeros(len(rows), bool), 1, frozen_rows=shuffled)
 

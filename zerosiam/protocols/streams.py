@@ -183,18 +183,19 @@ def iter_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 # ---------------------------------------------------------------------------------------------- blind spot
 def blind_spot(wrong_mask: ArrayLike, length: int | None, seed: int) -> np.ndarray:
-    """The blind-spot adaptation stream: only samples the unadapted model gets wrong, brought to ``length``
-    (default: the dataset size, ``len(wrong_mask)``).
+    """The blind-spot adaptation stream: the samples the unadapted model gets wrong, in a seeded random
+    order, each once (``length`` None: the paper's protocol, one pass over the mistakes).
 
-    The wrong samples are put in a seeded random order; if there are at least ``length`` the first
-    ``length`` are kept (a random sample), else the whole list is repeated and topped up with a random
-    remainder drawn without replacement.
+    An explicit ``length`` shortens the pass or, past the number of mistakes, repeats it and tops it up
+    with a random remainder drawn without replacement (the project's earlier, harsher stream was
+    ``length`` = the dataset size: about three passes on a 70 % model). Every length starts with the
+    same pass, so a repeated stream's first pass is the one-pass stream.
     """
     mask = np.asarray(wrong_mask)
     if mask.ndim != 1 or mask.dtype != np.bool_:
         raise ValueError(f"wrong_mask must be a 1-D boolean array, got {mask.dtype} of shape {mask.shape}")
-    steps = len(mask) if length is None else _count(length, "length")
     wrong = np.flatnonzero(mask)
+    steps = len(wrong) if length is None else _count(length, "length")
     rng = seeding.rng(seed, seeding.BLIND_SPOT_DRAWS)
     if steps == 0:
         return np.zeros(0, dtype=np.int64)

@@ -1,0 +1,182 @@
+"""The one grid a reader takes in first: per scenario (protocol) and model, how far ZeroSiam is above or below
+not adapting, and where it ranks among the adapting methods.
+
+Every number comes from :func:`zerosiam.bench.report.build_tables`, so the summary never disagrees with the
+tables under it: a method's score in a cell is its table line's average over the 15 benchmark corruptions
+(the mean of its seed-means, blank unless every corruption is present) or, for the mixed protocol, its
+``Overall`` column. A cell is only summarised when it is unambiguous: one dataset and severity, and one
+line per method; otherwise :class:`AmbiguousCell` names the cell and what differs, and the caller narrows
+the rows (a grid, a method list) rather than the summary silently picking one line.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zerosiam.bench.names import DATASET_NAMES, method_name
+from zerosiam.bench.report import (
+    AVERAGE,
+    BASELINE,
+    MISSING,
+    MIXED,
+    OVERALL,
+    build_tables,
+    run_labels,
+    select_rows,
+)
+from zerosiam.corruptions import BENCHMARK
+
+TARGET = "zerosiam"
+# Rows: the batch-64 streams, their one-image versions, then the harder scenarios. A protocol missing here
+# (a new one) goes after these, alphabetically.
+SCENARIOS: tuple[str, ...] = (
+    "mild", "label_shift", "bs1", "label_shift_bs1", "mixed", "blind_spot", "noise_prefix", "epochs",
+)  # fmt: skip
+TIE = 0.05  # points: closer than this is a tie, and ZeroSiam gets the better rank
+_ROUNDING = 1e-9  # so that a difference of exactly TIE, computed in floating point, is still a tie
+CAPTION = (
+    "ZeroSiam − NoAdapt on {scope}, in accuracy points: mean over the 15 corruptions and the seeds "
+    "(for mixed, the whole stream's accuracy); (k/n) = ZeroSiam's rank among the n adapting methods "
+    f"with a complete result, ties within {TIE} point sharing the better rank; "
+    f"{MISSING} = no complete result for NoAdapt or ZeroSiam."
+)
+
+
+class AmbiguousCell(ValueError):
+    """A (scenario, model) cell holds several lines of one method, or several datasets or severities:
+    any one number for it would hide a choice, so the rows must be narrowed first."""
+
+
+@dataclass(frozen=True)
+class SummaryCell:
+    """ZeroSiam − NoAdapt in points (``None`` when either lacks a complete result) and ZeroSiam's rank
+    among the ``ranked`` adapting methods that have one."""
+
+    difference: float | None = None
+    rank: int | None = None
+    ranked: int = 0
+
+    @property
+    def text(self) -> str:
+        """``+2.9 (1/6)``: signed difference, one decimal, then the rank; ``–`` when missing."""
+        if self.difference is None:
+            return MISSING
+        difference = round(self.difference, 1) + 0.0  # + 0.0: no "-0.0" for a tiny loss
+        return f"{difference:+.1f} ({self.rank}/{self.ranked})"
+
+
+@dataclass
+class Summary:
+    """The grid: rows = scenarios present (in :data:`SCENARIOS` order), columns = models present; ``scope``
+    names the datasets and severities behind it, for the caption."""
+
+    scenarios: list[str]
+    models: list[str]
+    cells: dict[tuple[str, str], SummaryCell]
+    scope: str
+
+    def cell(self, scenario: str, model: str) -> SummaryCell:
+        """The cell of ``scenario`` × ``model``; a pair never run is a missing cell."""
+        return self.cells.get((scenario, model), SummaryCell())
+
+
+def build_summary(rows: Iterable[Mapping[str, Any]]) -> Summary:
+    """The summary of every vision row given on the 15 corruptions or the mixed stream (filter the rows
+    first). Raises :class:`AmbiguousCell` for a cell that cannot be one number."""
+    kept = [row for row in select_rows(rows) if row["spec"].get("corruption") in (*BENCHMARK, MIXED)]
+    by_cell: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for row in kept:
+        by_cell[str(row["spec"].get("protocol")), str(row["spec"].get("model"))].append(row)
+    cells = {key: compare(method_scores(key, members)) for key, members in by_cell.items()}
+    return Summary(
+        scenarios=sorted({scenario for scenario, _ in by_cell}, key=scenario_rank),
+        models=sorted({model for _, model in by_cell}),
+        cells=cells,
+        scope=_scope(kept),
+    )
+
+
+def scenario_rank(protocol: str) -> tuple[int, str]:
+    """Sort key putting protocols in :data:`SCENARIOS` order, any other one after them by name."""
+    return (SCENARIOS.index(protocol), "") if protocol in SCENARIOS else (len(SCENARIOS), protocol)
+
+
+def method_scores(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Each method's score in one cell, read from its table: the average over the 15 corruptions (the
+    ``Overall`` accuracy where the table has one: the mixed stream), ``None`` where the table leaves it
+    blank."""
+    _require_one_setting(key, rows)
+    labels_of = _labels_by_method(key, rows)
+    (table,) = build_tables(rows)
+    column = OVERALL if OVERALL in table.columns else AVERAGE
+    return {method: table.cell(label, column).mean for method, label in labels_of.items()}
+
+
+def _require_one_setting(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> None:
+    """One dataset and severity per cell: averages over different data are not one number."""
+    settings = sorted({_setting(row["spec"]) for row in rows})
+    if len(settings) > 1:
+        names = ", ".join(settings)
+        raise AmbiguousCell(f"summary cell {_name(key)} is ambiguous: several settings ({names})")
+
+
+def _setting(spec: Mapping[str, Any]) -> str:
+    """What a summary cell must hold one of: ``cifar10c severity 5``."""
+    return f"{spec.get('dataset')} severity {spec.get('severity')}"
+
+
+def _labels_by_method(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The one table line of each method, by the tables' own labelling; a method with several lines (a
+    sweep, another stream setting) makes the cell ambiguous."""
+    labels = run_labels(rows)
+    found: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        found[row["spec"]["method"]].add(labels[row["run_id"]])
+    for method, variants in found.items():
+        if len(variants) > 1:
+            raise AmbiguousCell(
+                f"summary cell {_name(key)} is ambiguous: {method_name(method)} has several variants "
+                f"({', '.join(sorted(variants))})"
+            )
+    return {method: variants.pop() for method, variants in found.items()}
+
+
+def compare(scores: Mapping[str, float | None]) -> SummaryCell:
+    """ZeroSiam's difference from NoAdapt and its rank among the adapting methods (all but NoAdapt) with
+    a score; a method within :data:`TIE` of ZeroSiam does not rank above it."""
+    target, baseline = scores.get(TARGET), scores.get(BASELINE)
+    if target is None or baseline is None:
+        return SummaryCell()
+    adapting = [score for method, score in scores.items() if method != BASELINE and score is not None]
+    above = sum(score - target > TIE + _ROUNDING for score in adapting)
+    return SummaryCell(target - baseline, 1 + above, len(adapting))
+
+
+def _name(key: tuple[str, str]) -> str:
+    """A cell as the user reads it: ``label_shift × resnet20``."""
+    return f"{key[0]} × {key[1]}"
+
+
+def _scope(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The datasets and severities behind the summary, e.g. ``CIFAR-10-C, severity 5``."""
+    datasets = sorted({str(row["spec"].get("dataset")) for row in rows})
+    severities = sorted({str(row["spec"].get("severity")) for row in rows})
+    names = ", ".join(DATASET_NAMES.get(name, name) for name in datasets)
+    return f"{names}, severit{'y' if len(severities) == 1 else 'ies'} {', '.join(severities)}"
+
+
+def to_markdown(summary: Summary) -> str:
+    """The caption line, then the grid as a Markdown table: a line per scenario, a column per model."""
+    lines = [CAPTION.format(scope=summary.scope), ""]
+    lines += [_row(["Scenario", *summary.models]), _row(["---"] + ["---:"] * len(summary.models))]
+    for scenario in summary.scenarios:
+        lines.append(_row([scenario, *(summary.cell(scenario, m).text for m in summary.models)]))
+    return "\n".join(lines) + "\n"
+
+
+def _row(cells: Sequence[str]) -> str:
+    """One Markdown table row (a model name holding ``|`` would split its cell, so it is escaped)."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
