@@ -132,20 +132,30 @@ def selected_hparams(store: ResultStore, model: str, dataset: str, method: str) 
     return _chosen(store.rows(SELECTION_KIND), store.path, model, dataset, method)
 
 
-def _chosen(rows: list[dict[str, Any]], path: Path, model: str, dataset: str, method: str) -> dict[str, Any]:
-    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path``. A selection
-    whose candidates another one's include is superseded by it: extending the candidates past a choice at
-    the edge of the grid (``--lr-scale ...,30,100``) replaces the earlier choice."""
-    mine = [
+def current_selections(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The selection ``rows`` that no other one supersedes. A selection is superseded by one of the same
+    model, dataset and method whose candidates include all of its own and more: extending the candidates
+    past a choice at the edge of the grid (``--lr-scale ...,30,100``) replaces the earlier choice."""
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        return row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]
+
+    def candidates(row: dict[str, Any]) -> set[str]:
+        return set(row["metrics"].get("candidates", ()))
+
+    return [
         row
         for row in rows
-        if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]) == (model, dataset, method)
+        if not any(key(other) == key(row) and candidates(row) < candidates(other) for other in rows)
     ]
-    candidates = [set(row["metrics"].get("candidates", ())) for row in mine]
+
+
+def _chosen(rows: list[dict[str, Any]], path: Path, model: str, dataset: str, method: str) -> dict[str, Any]:
+    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path``."""
     chosen = {
         _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
-        for row, own in zip(mine, candidates, strict=True)
-        if not any(own < other for other in candidates)
+        for row in current_selections(rows)
+        if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]) == (model, dataset, method)
     }
     if not chosen:
         raise ValueError(

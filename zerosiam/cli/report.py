@@ -193,12 +193,12 @@ def _grid_run_ids(path: str, db: str) -> set[str] | None:
 
 def _print_selections(args: argparse.Namespace) -> int:
     """The ``lr_selection`` rows of the store as tables, filtered by model and dataset when given."""
-    from zerosiam.bench.select import SELECTION_KIND
+    from zerosiam.bench.select import SELECTION_KIND, current_selections
     from zerosiam.bench.textstore import open_store
 
     rows = [
         row
-        for row in open_store(args.db).rows(SELECTION_KIND)
+        for row in current_selections(open_store(args.db).rows(SELECTION_KIND))
         if all(
             v is None or row["spec"].get(k) == v
             for k, v in (("model", args.model), ("dataset", args.dataset))
