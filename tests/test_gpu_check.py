@@ -17,6 +17,7 @@ pytest.importorskip("timm")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_gpu_check_runs_on_the_cpu_and_prints_its_tables():
     command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--images", "128",
                "--models", "test_efficientnet_gn", "--methods", "tent,zerosiam,sar",

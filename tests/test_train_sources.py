@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_train_sources_probes_then_trains_and_exports(tmp_path: Path) -> None:
     command = [sys.executable, "benchmarks/train_sources.py", "--device", "cpu", "--archs", "tiny_gn",
                "--limit-train", "256", "--min-epochs", "1", "--budget-s", "1", "--probe-steps", "1",

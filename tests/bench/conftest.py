@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from zerosiam.bench import datasets as bench_datasets
-from zerosiam.bench import grid as grid_module
+from zerosiam.bench import execution as execution_module
 from zerosiam.bench import runner
 
 
@@ -24,7 +24,7 @@ def fake_domains(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     of their own (what runs keep there, the blind spot's mistakes, is of these fake images)."""
     monkeypatch.setenv("ZEROSIAM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(runner, "load_corrupted", fake_load)
-    monkeypatch.setattr(grid_module, "load_corrupted", fake_load)
+    monkeypatch.setattr(execution_module, "load_corrupted", fake_load)
     monkeypatch.setattr(bench_datasets, "load_corrupted", fake_load)
 
 

@@ -16,7 +16,7 @@ from zerosiam.corruptions.datasets import build_cifar10c, build_imagenet_c
 from zerosiam.data.sources import DatasetFormatError, ImageFiles, imagenet_wnids
 from zerosiam.protocols.build import build_stream
 
-pytestmark = needs_assets()
+pytestmark = [needs_assets(), pytest.mark.slow]
 CORRUPTIONS = ("brightness", "contrast")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import needs_assets
-from zerosiam.bench import grid as grid_module
+from zerosiam.bench import backends
 from zerosiam.bench.grid import Execution, Grid, Progress, execute, tasks_of, throttled
 from zerosiam.bench.store import Failure, ResultStore
 
@@ -69,6 +69,7 @@ def _bench(db: Path, *extra: str, **popen) -> subprocess.Popen:
 
 
 @needs_assets()
+@pytest.mark.slow
 def test_a_killed_grid_resumes_without_lost_or_duplicated_runs(tmp_path):
     reference = tmp_path / "reference.db"
     assert _bench(reference).wait(timeout=600) == 0
@@ -103,15 +104,16 @@ def _count(db: Path) -> int:
 
 
 @needs_assets()
+@pytest.mark.slow
 def test_ray_backend_gives_the_same_results_as_the_local_pool(tmp_path):
     pytest.importorskip("ray")
     specs = Grid(models=["resnet20"], methods=["tent", "zerosiam"], corruptions=["gaussian_noise"],
                  limit=128).specs()  # fmt: skip
     local, distributed = ResultStore(tmp_path / "local.db"), ResultStore(tmp_path / "ray.db")
-    assert execute(specs, local, backend="local", workers=1, progress=False) == (2, [])
-    assert execute(specs, distributed, backend="ray", workers=2, progress=False) == (2, [])
+    assert execute(specs, local, Execution(backend="local", workers=1, progress=False)) == (2, [])
+    assert execute(specs, distributed, Execution(backend="ray", workers=2, progress=False)) == (2, [])
     assert _rows(tmp_path / "local.db") == _rows(tmp_path / "ray.db")
-    assert execute(specs, distributed, backend="ray", progress=False) == (0, [])  # nothing left to run
+    assert execute(specs, distributed, Execution(backend="ray", progress=False)) == (0, [])  # nothing to run
 
 
 def test_a_grid_sweeps_a_protocols_stream_parameters():
@@ -187,8 +189,8 @@ def test_a_stacked_grid_stores_what_the_unstacked_one_does(fake_domains, tiny_mo
     specs = Grid(models=["resnet20"], methods=["noadapt", "zerosiam", "sar"], corruptions=["fog", "snow"],
                  protocols=["bs1"], hparams={"lr": 0.05}).specs()  # fmt: skip
     stacked, alone = ResultStore(tmp_path / "stacked.db"), ResultStore(tmp_path / "alone.db")
-    assert execute(specs, stacked, backend="inline", progress=False, stack=True) == (6, [])
-    assert execute(specs, alone, backend="inline", progress=False) == (6, [])
+    assert execute(specs, stacked, Execution(backend="inline", progress=False, stack=True)) == (6, [])
+    assert execute(specs, alone, Execution(backend="inline", progress=False)) == (6, [])
     for spec in specs:
         mine, theirs = stacked.get(spec.run_id), alone.get(spec.run_id)
         assert mine["metrics"]["accuracy"] == pytest.approx(theirs["metrics"]["accuracy"])
@@ -219,7 +221,7 @@ def test_an_inline_grid_shows_each_tasks_steps_and_clears_them_when_it_ends(fake
     shown: list[list[Progress]] = []
     outcomes: list = []
     tasks = tasks_of(specs, stack=True)
-    grid_module._run_inline(tasks, Execution(backend="inline"), outcomes.append, shown.append)
+    backends.run_inline(tasks, Execution(backend="inline"), outcomes.append, shown.append)
     assert len(outcomes) == 4 and not any(isinstance(o, Failure) for o in outcomes)
     steps = _steps_shown(shown)
     bs1, mild = 50, 1  # 50 fake images: one image a step, or one batch of 64
@@ -229,6 +231,7 @@ def test_an_inline_grid_shows_each_tasks_steps_and_clears_them_when_it_ends(fake
 
 
 @needs_assets()
+@pytest.mark.slow
 def test_local_workers_send_their_steps_to_the_driver(tmp_path):
     """The real pipe between the driver and a spawned worker: the stacked task's steps arrive in order,
     the last before its results."""
@@ -236,7 +239,7 @@ def test_local_workers_send_their_steps_to_the_driver(tmp_path):
                  protocols=["bs1"], limit=40).specs()  # fmt: skip
     shown: list[list[Progress]] = []
     outcomes: list = []
-    grid_module._run_local(tasks_of(specs, stack=True), Execution(workers=1), outcomes.append, shown.append)
+    backends.run_local(tasks_of(specs, stack=True), Execution(workers=1), outcomes.append, shown.append)
     assert len(outcomes) == 2 and not any(isinstance(o, Failure) for o in outcomes)
     steps = _steps_shown(shown)
     assert steps[0] == Progress(1, 40) and steps[-1] == Progress(40, 40)

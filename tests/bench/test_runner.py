@@ -17,6 +17,7 @@ from zerosiam.bench import mistakes, runner
 from zerosiam.bench.checkpoint import RunCheckpoint
 from zerosiam.bench.memory import reset_peak
 from zerosiam.bench.runner import RunSpec, stream_for
+from zerosiam.bench.store import run_id_for
 from zerosiam.protocols import streams
 
 
@@ -106,9 +107,9 @@ def test_a_trained_zoo_model_names_its_weights_in_the_run_id(monkeypatch):
     assert len(runner.shipped_sha256("resnet26_gn")) == 64
     spec = _spec(model="resnet26_gn")
     shipped = spec.run_id
-    monkeypatch.setattr(runner, "shipped_sha256", lambda model: "0" * 64)
+    monkeypatch.setattr("zerosiam.bench.spec.shipped_sha256", lambda model: "0" * 64)
     assert spec.run_id != shipped
-    monkeypatch.setattr(runner, "shipped_sha256", lambda model: None)  # resnet20: a fixed asset
+    monkeypatch.setattr("zerosiam.bench.spec.shipped_sha256", lambda model: None)  # resnet20: a fixed asset
     assert spec.run_id != shipped
 
 
@@ -142,7 +143,7 @@ def test_a_prelude_is_checked_and_an_empty_one_keeps_old_run_ids():
             _spec(prelude=prelude)
     spec = _spec()
     before = {key: value for key, value in spec.as_dict().items() if key != "prelude"}
-    assert spec.run_id == runner.run_id_for(before)  # runs stored before the field existed resume
+    assert spec.run_id == run_id_for(before)  # runs stored before the field existed resume
     assert _spec(prelude={"method": "tent", "steps": 3}).run_id != spec.run_id
 
 

@@ -99,7 +99,7 @@ def test_the_report_lists_every_candidate_and_marks_the_choice(fake_domains, tin
 
 def test_the_report_of_a_grid_shows_its_runs_only(fake_domains, tiny_model, tmp_path, capsys):
     from tests.bench.test_report import report_main
-    from zerosiam.bench.grid import execute
+    from zerosiam.bench.execution import Execution, execute
     from zerosiam.bench.select import grid_specs, select_on_held_out
 
     db = tmp_path / "study.db"
@@ -109,9 +109,9 @@ def test_the_report_of_a_grid_shows_its_runs_only(fake_domains, tiny_model, tmp_
     grid_file.write_text("models: [tiny]\nmethods: [noadapt, tent]\ncorruptions: [fog]\nrates: selected\n")
     from zerosiam.bench.grid import Grid
 
-    execute(grid_specs(Grid.from_yaml(grid_file), store), store, backend="inline", progress=False)
+    execute(grid_specs(Grid.from_yaml(grid_file), store), store, Execution(backend="inline", progress=False))
     other = Grid(models=["tiny"], methods=["tent"], corruptions=["fog"], hparams={"lr_scale": 0.5})
-    execute(other.specs(), store, backend="inline", progress=False)  # same table, not the grid's
+    execute(other.specs(), store, Execution(backend="inline", progress=False))  # same table, not the grid's
     assert report_main(["--db", str(db), "--grid", str(grid_file)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| NoAdapt", "| Tent"]  # no "Tent (lr_scale=…)"

@@ -156,7 +156,7 @@ def test_caption_turns_every_heading_into_a_bold_line(monkeypatch, tmp_path, cap
 
 
 def test_several_grids_keep_the_union_of_their_runs(fake_domains, tiny_model, tmp_path, capsys):
-    from zerosiam.bench.grid import Grid, execute
+    from zerosiam.bench.grid import Execution, Grid, execute
     from zerosiam.bench.store import ResultStore
 
     db = tmp_path / "study.db"
@@ -166,9 +166,9 @@ def test_several_grids_keep_the_union_of_their_runs(fake_domains, tiny_model, tm
         text = f"models: [tiny]\nmethods: [noadapt, zerosiam]\ncorruptions: [fog]\nprotocols: [{protocol}]\n"
         files.append(tmp_path / f"{protocol}.yaml")
         files[-1].write_text(text)
-        execute(Grid.from_yaml(files[-1]).specs(), store, backend="inline", progress=False)
+        execute(Grid.from_yaml(files[-1]).specs(), store, Execution(backend="inline", progress=False))
     other = Grid(models=["tiny"], methods=["zerosiam"], corruptions=["fog"], hparams={"alpha": 0.5})
-    execute(other.specs(), store, backend="inline", progress=False)  # same mild table, not a grid's
+    execute(other.specs(), store, Execution(backend="inline", progress=False))  # same table, not a grid's
     grids = [flag for path in files for flag in ("--grid", str(path))]
     assert report_main(["--db", str(db), *grids]) == 0
     titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("### ")]

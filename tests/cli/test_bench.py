@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli.test_bench_faults import bench, finish
 from tests.conftest import needs_assets
 from zerosiam.bench.store import ResultStore
@@ -11,6 +13,7 @@ USER_MODEL = ["--model", "builder:tests.toys:cifar_toy", "--corruptions", "fog",
 
 
 @needs_assets()
+@pytest.mark.slow
 def test_a_users_builder_runs_with_its_normalization_from_the_command_line(tmp_path):
     db = tmp_path / "user.db"
     code, out, err = finish(
@@ -36,3 +39,25 @@ def test_a_builder_without_its_normalization_is_refused_before_any_work(tmp_path
     code, out, err = finish(bench(tmp_path / "x.db", *USER_MODEL))
     assert code == 2 and err.startswith("zerosiam: error: model 'builder:tests.toys:cifar_toy'")
     assert "mean" in err and err.count("\n") == 1 and not (tmp_path / "x.db").exists()
+
+
+def test_flags_override_the_grid_file_and_options_join_its_own(tmp_path):
+    """``Grid.from_yaml`` reads the file; a given flag replaces its value, ``--set``/``--sweep`` entries join
+    the file's, and a file that names no models or methods gets the command's defaults."""
+    import argparse
+
+    from zerosiam.cli import bench as command
+
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text("methods: [tent]\ncorruptions: benchmark\nhparams: {lr: 0.001}\n")
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+
+    def grid_of(*flags: str):
+        return command.grid_from_args(parser.parse_args(["bench", "--grid", str(grid_file), *flags]))
+
+    grid = grid_of("--set", "lr_scale=2")
+    assert grid.models == ["resnet20"] and grid.methods == ["tent"] and len(grid.corruptions) == 15
+    assert grid.hparams == {"lr": 0.001, "lr_scale": 2} and grid.rates == "paper"
+    grid = grid_of("--methods", "zerosiam", "--corruptions", "fog", "--set", "lr=0.01")
+    assert grid.methods == ["zerosiam"] and grid.corruptions == ["fog"] and grid.hparams == {"lr": 0.01}

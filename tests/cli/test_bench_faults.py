@@ -15,11 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import needs_assets
 from zerosiam.bench.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = needs_assets()
+pytestmark = [needs_assets(), pytest.mark.slow]
 
 
 def bench(db: Path, *flags: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:

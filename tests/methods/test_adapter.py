@@ -9,8 +9,9 @@ import torch
 
 import zerosiam
 from tests.conftest import TinyBN, TinyGN
-from zerosiam.methods import NonFiniteInputError
+from zerosiam.methods import NonFiniteInputError, options_of
 from zerosiam.methods.recipe import Asymmetry
+from zerosiam.parts.learner import keyword_options
 
 
 def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -169,6 +170,20 @@ def test_bad_inputs_get_clear_errors(tiny_gn: TinyGN, tiny_bn: TinyBN):
         zerosiam.adapt(tiny_gn, "tent", alpha=2.0)
     with pytest.raises(ValueError, match="unknown method"):
         zerosiam.adapt(tiny_gn, "tnet")
+
+
+def test_an_unknown_option_names_every_option_adapt_takes(tiny_gn: TinyGN):
+    """The list comes from ``adapt``'s signature and the recipe, so a new keyword cannot be left out."""
+    with pytest.raises(TypeError, match="unknown option") as error:
+        zerosiam.adapt(tiny_gn, "tent", learning_rate=1)
+    named = set(str(error.value).split("options are ")[1].split(", "))
+    assert keyword_options(zerosiam.adapt) <= named
+    assert {"lr_scale", "precision", "diagnostics", "streams", "select"} <= named
+    assert "alpha" not in named  # Tent has no predictor
+    with pytest.raises(TypeError, match="alpha"):
+        zerosiam.adapt(tiny_gn, "zerosiam", learning_rate=1)
+    # a grid's options: everything adapt takes but the batches' layout
+    assert options_of("tent") == named - {"streams"}
 
 
 def test_batch_size_one_works_with_groupnorm(tiny_gn: TinyGN, images):

@@ -12,7 +12,7 @@ from zerosiam.parts.predictor import (
     IdentityLinear,
     MLPPredictor,
     build_predictor,
-    distance_from_identity,
+    identity_drift,
 )
 
 
@@ -21,7 +21,7 @@ def test_identity_predictor_starts_as_identity_and_learns():
     z = torch.randn(3, 5)
     assert torch.equal(h(z), z)
     assert h.bias is None and h.weight.requires_grad
-    assert distance_from_identity(h) == 0.0
+    assert float(identity_drift(h)) == 0.0
 
 
 def test_fixed_random_predictor_is_i_plus_small_noise_and_frozen():
@@ -42,6 +42,6 @@ def test_mlp_predictor_is_identity_on_nonnegative_features():
     h = MLPPredictor(6)
     z = torch.rand(4, 6)
     assert torch.allclose(h(z), z)
-    assert math.isnan(distance_from_identity(h))
+    assert math.isnan(identity_drift(h))
     with pytest.raises(ValueError, match="unknown predictor"):
         build_predictor("transformer", 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import nn
 
@@ -13,14 +14,14 @@ from tests.toys import tiny
 from zerosiam.methods.tent import tent
 from zerosiam.parts.contract import Evaluation
 from zerosiam.parts.losses import entropy
-from zerosiam.parts.sam import sam
+from zerosiam.parts.sam import SAM, sam
 
 
 def test_sam_step_equals_a_manual_two_pass_computation():
     model, lr, rho = tiny(scale=3.0), 0.1, 0.05
     reference = copy.deepcopy(model)
     x = torch.rand(6, 3, 8, 8)
-    adapter = zerosiam.adapt(model, tent.with_(name="tent-sam", step=sam(rho)), lr=lr)
+    adapter = zerosiam.adapt(model, tent.with_(name="tent-sam", step=SAM(rho)), lr=lr)
     adapter(x)
 
     params = [reference.gn.weight, reference.gn.bias]
@@ -62,6 +63,12 @@ def test_sam_second_pass_is_restricted_to_the_first_selection():
     adapter = SimpleNamespace(
         trainable=[weight], optimizer=optimizer, streams=1, _skipped=None, backward=backward
     )
-    evaluations = sam(0.05)(adapter, closure)
+    evaluations = SAM(0.05)(adapter, closure)
     assert calls[0] is None and torch.equal(calls[1], first_mask)
     assert evaluations[1].selected == 1
+
+
+def test_the_old_sam_factory_warns_and_returns_the_step() -> None:
+    with pytest.warns(DeprecationWarning, match="SAM"):
+        step = sam(0.1)
+    assert step == SAM(0.1)

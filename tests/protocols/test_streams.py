@@ -117,22 +117,6 @@ def test_label_shift_bad_input() -> None:
         streams.label_shift(np.array([0.5, 1.5]), math.inf, 0)
 
 
-# ---------------------------------------------------------------------------------------------- Dirichlet
-@FAST
-@given(label_arrays(), SEEDS, st.sampled_from([0.01, 0.1, 1.0, 100.0]))
-def test_dirichlet_shift_is_a_seeded_permutation(labels, seed, concentration) -> None:
-    order = streams.dirichlet_shift(labels, concentration, seed)
-    assert np.array_equal(np.sort(order), np.arange(len(labels)))
-    assert np.array_equal(order, streams.dirichlet_shift(labels, concentration, seed))
-
-
-def test_small_concentration_makes_long_class_runs() -> None:
-    labels = np.repeat(np.arange(10), 200)
-    peaked = labels[streams.dirichlet_shift(labels, 0.01, 0)]
-    flat = labels[streams.dirichlet_shift(labels, 1000.0, 0)]
-    assert len(runs(peaked)) < 0.2 * len(runs(flat))
-
-
 # ---------------------------------------------------------------------------------------------- mixed
 @FAST
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=15), SEEDS)
@@ -158,8 +142,6 @@ def test_batches_cover_the_stream(length, batch_size) -> None:
     sizes = np.diff(bounds)
     assert np.all(sizes[:-1] == batch_size) and (len(sizes) == 0 or 1 <= sizes[-1] <= batch_size)
     assert np.array_equal(streams.batches(length, batch_size), bounds)
-    pieces = streams.iter_batches(np.arange(length), batch_size)
-    assert sum(len(p) for p in pieces) == length
 
 
 def test_batches_bad_input() -> None:

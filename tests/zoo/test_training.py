@@ -218,6 +218,7 @@ def test_resume_after_an_exception_reproduces_the_uninterrupted_run(
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+@pytest.mark.slow
 def test_resume_after_sigkill_reproduces_the_uninterrupted_run(uninterrupted: Path, tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""

@@ -63,8 +63,8 @@ def is_cached(dataset: str) -> bool:
 
 def loader_workers(images: object) -> int:
     """``DataLoader`` worker processes for a domain: none for arrays in memory (slicing is all it takes),
-    up to eight for files that must be decoded, leaving a core to the model. (A 224² JPEG takes a core
-    about 2–4 ms to decode, so a GPU adapting ViT-B/16 at 2,000 images/s needs six to eight.)"""
+    up to eight for files that must be decoded, leaving a core to the model. (Decoding a 224² JPEG is slow
+    beside a GPU's step on it: a GPU adapting a ViT-B/16 keeps several decoding cores busy.)"""
     if not isinstance(images, ImageFiles):
         return 0
     return max(1, min(8, (os.cpu_count() or 2) - 1))

@@ -1,8 +1,9 @@
 """The blind spot's source-model mistakes, found once per model and domain and kept on disk.
 
 A blind-spot run adapts on what the unadapted model gets wrong, so each one starts with a frozen pass of
-the source model over the whole domain. That pass is the same for every method: on the 2-core machine it
-takes 7–14 minutes of a ViT task of 15 corruptions, and each of the seven methods' tasks repeated it.
+the source model over the whole domain. That pass is the same for every method and slow on a CPU (a
+large model's forward over every image of every corruption of the task), and each of the seven methods'
+tasks repeated it.
 The mask depends on the model's weights, the images, the scoring order (the seed's mild order, its batch
 size) and the arithmetic (precision, device type), so all of them name the file; a different value finds
 another file, never a wrong one. The weights are named by a hash of the model's own tensors, not by its
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,11 +26,9 @@ from torch import nn
 from zerosiam.assets.files import atomic_file
 from zerosiam.assets.store import cache_dir
 from zerosiam.bench import datasets
+from zerosiam.bench.spec import RunSpec
 from zerosiam.bench.store import run_id_for
 from zerosiam.protocols.build import Domain, Predict, source_mistakes
-
-if TYPE_CHECKING:
-    from zerosiam.bench.runner import RunSpec
 
 FOLDER = "blind_spot_mistakes"
 
@@ -73,7 +72,8 @@ def _identity(spec: RunSpec, model: nn.Module, device: torch.device) -> dict[str
 
 def weights_fingerprint(model: nn.Module) -> str:
     """sha256 of the model's class and every tensor of its state, by name: the same only for the same
-    network with the same weights (7 ms for the ResNet-26 on the 2-core machine)."""
+    network with the same weights (one read of the weights' bytes, cheap beside the pass over the domain
+    that the cache saves)."""
     digest = hashlib.sha256(type(model).__qualname__.encode())
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())

@@ -25,8 +25,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from zerosiam.bench.names import method_name, method_rank
-from zerosiam.bench.report import run_labels
 from zerosiam.bench.summary import Summary
+from zerosiam.bench.tables import run_labels
 
 # (curve key, panel title, y-axis label) in the order of the paper's diagnostics.
 PANELS: tuple[tuple[str, str, str], ...] = (

@@ -1,25 +1,25 @@
 """One benchmark run: (model, dataset, corruption, severity, protocol, method, hyper-parameters, seed).
 
-A run builds a fresh source model (the model is reset per corruption and severity, as protocols.md says),
-streams the protocol's batches through the adapter, and returns the online accuracy, the per-step
-diagnostic curves, wall time and peak memory. It is a pure function of its spec, so the same spec gives
-the same numbers in a local process, a pool worker or a Ray task.
+A run builds a fresh source model (the model is reset per corruption and severity, as "A run" of
+``docs/benchmark.md`` says), streams the protocol's batches through the adapter, and returns the online
+accuracy, the per-step diagnostic curves, wall time and peak memory. It is a pure function of its spec, so
+the same spec gives the same numbers in a local process, a pool worker or a Ray task.
 
 The streams themselves are built by ``zerosiam.protocols``; this module supplies them with the benchmark's
-data (the cached corrupted splits and the benchmark's corruptions) and the source model.
+data (the cached corrupted splits and the benchmark's corruptions) and the source model. What a run is
+(``RunSpec``) lives in ``bench/spec.py``, the machinery of its batches (loading, stacking, scoring) in
+``bench/batches.py``; both are importable from here as they always were.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
@@ -27,31 +27,46 @@ from tqdm import tqdm
 import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench import datasets
+from zerosiam.bench.batches import STACKED_PROTOCOLS, Score, SetAside, StreamBatches, check_stackable, padded
 from zerosiam.bench.checkpoint import RunCheckpoint, random_state, restore_random_state
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
 from zerosiam.bench.mistakes import cached_mistakes
-from zerosiam.bench.store import run_id_for
+from zerosiam.bench.spec import LATER_FIELDS, RunSpec, check_prelude
 from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
-from zerosiam.parts.precision import check_precision, forward_precision
-from zerosiam.parts.streams import put_rows
-from zerosiam.protocols import seeding, streams
+from zerosiam.parts.precision import forward_precision
+from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
-    MIXED,
-    PROTOCOLS,
     Stream,
     build_stream,
     frozen_batches,
-    gather_batch,
     stacked_frozen_hits,
     subsample,
     to_device,
 )
 from zerosiam.zoo.trained import shipped_sha256
+
+# What callers import from here, the names that moved to ``spec`` and ``batches`` included.
+__all__ = [
+    "CURVE_KEYS",
+    "LATER_FIELDS",
+    "STACKED_PROTOCOLS",
+    "Report",
+    "Result",
+    "RunSpec",
+    "SetAside",
+    "StreamBatches",
+    "check_prelude",
+    "check_stackable",
+    "padded",
+    "run",
+    "run_stacked",
+    "stream_for",
+]
 
 CURVE_KEYS = (
     "logit_norm",
@@ -62,88 +77,6 @@ CURVE_KEYS = (
     "divergence",
     "loss",
 )
-
-
-LATER_FIELDS = ("prelude",)  # RunSpec fields younger than the stores: not in a run's identity while empty
-
-
-def check_prelude(prelude: dict[str, Any]) -> None:
-    """A prelude names a known method and a positive number of steps (its other keys are that method's
-    options); anything else is refused in one line before the run starts."""
-    if "method" not in prelude or "steps" not in prelude:
-        raise ValueError(f"a prelude needs a method and a number of steps, got {sorted(prelude)}")
-    zerosiam.get_recipe(prelude["method"])  # a ValueError naming the methods if it is unknown
-    steps = prelude["steps"]
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"a prelude's steps must be a positive integer, got {steps!r}")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything that determines a run's result. ``hparams`` are ``adapt`` overrides (lr, predictor_lr, …).
-
-    ``corruption`` is ``"mixed"`` for the mixed protocol, which streams all 15 corruptions in one run.
-    ``stream_length`` sets T for label shift (default: the dataset size) and the length of the blind-spot
-    stream (default: one pass over the source model's mistakes, as the paper); ``noise`` the noise-prefix
-    length; ``epochs`` the passes of the epochs protocol.
-    ``precision`` is the forward's (``fp32``, ``bf16``, ``fp16``); ``model_options`` go to
-    ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
-    ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
-    stream's first ``steps`` batches before ``method`` takes the adapted model over (a ``Relay``); those
-    batches are scored apart, as ``prelude_accuracy``. The device is not here: it is where a run
-    computes, not what it computes.
-    """
-
-    model: str
-    dataset: str
-    corruption: str
-    severity: int
-    protocol: str
-    method: str
-    seed: int = 0
-    batch_size: int = 64
-    limit: int | None = None
-    imbalance_ratio: float = math.inf
-    stream_length: int | None = None
-    noise: int = 1000
-    epochs: int = 1
-    precision: str = "fp32"
-    model_options: dict[str, Any] = field(default_factory=dict)
-    hparams: dict[str, Any] = field(default_factory=dict)
-    prelude: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        check_precision(self.precision)
-        if self.prelude:
-            check_prelude(self.prelude)
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {PROTOCOLS}")
-        if (self.protocol == MIXED) != (self.corruption == MIXED):
-            raise ValueError("the mixed protocol runs with corruption='mixed', and only it does")
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @property
-    def run_id(self) -> str:
-        """A stable identity: the sha256 of the spec's canonical JSON, as for every row of the store.
-
-        A zoo model trained by this project (``resnet26_gn``, ...) adds its shipped weights' sha256: the
-        name stays when the weights are retrained, and a store written with the old ones must not be
-        resumed as if it held results of the new ones. A field added after stores were written
-        (``LATER_FIELDS``) is left out while empty, so the runs stored before it keep their ids.
-        """
-        identity = {
-            key: value for key, value in self.as_dict().items() if not (key in LATER_FIELDS and not value)
-        }
-        weights = shipped_sha256(self.model)
-        if weights is not None:
-            identity["weights_sha256"] = weights
-        return run_id_for(identity)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> RunSpec:
-        return cls(**values)
 
 
 @dataclass
@@ -216,12 +149,12 @@ def run_stacked(
     the batch-size-1 protocols affordable. Each run's result is what ``run`` gives it, up to float
     rounding; its ``seconds`` are its share of the wall time and ``streams`` says how many shared it.
     ``report(done, total)`` hears of every step, and of every batch of the blind spot's final frozen
-    pass (counted as steps after the stream's): such a task can run for an hour, and a grid's workers
-    tell their driver how far along they are.
+    pass (counted as steps after the stream's): at a step per image over whole sets such a task runs
+    long, and a grid's workers tell their driver how far along they are.
 
-    With a ``checkpoint``, the task's progress is written every few minutes and a task started again
-    goes on from the last one, to the same result (its ``resumed_from_step`` says where it went on).
-    Runs with a prelude do not checkpoint: a relay's two legs have no one state to save.
+    With a ``checkpoint``, the task's progress is written every ``checkpoint.every`` seconds and a task
+    started again goes on from the last one, to the same result (its ``resumed_from_step`` says where it
+    went on). Runs with a prelude do not checkpoint: a relay's two legs have no one state to save.
     """
     device = torch.device(device)
     spec = check_stackable(specs)
@@ -234,7 +167,7 @@ def run_stacked(
     batches = [StreamBatches(padded(stream, length)) for stream in stacked]
     adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs))
     aside = SetAside(adapter, ends)
-    scores = [_Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
+    scores = [Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
     if isinstance(adapter, Relay):
         checkpoint = None
     saved = checkpoint.load(device) if checkpoint is not None else None
@@ -275,7 +208,7 @@ def run_stacked(
 
 def _results(
     specs: Sequence[RunSpec],
-    scores: list[_Score],
+    scores: list[Score],
     adapter: Adapter | Relay,
     ends: list[int],
     seconds: float,
@@ -309,7 +242,7 @@ def _results(
 def _checkpoint_state(
     step: int,
     adapter: Adapter,
-    scores: list[_Score],
+    scores: list[Score],
     aside: SetAside,
     spent: float,
     waited: float,
@@ -328,7 +261,7 @@ def _checkpoint_state(
 
 
 def _resume(
-    saved: dict[str, Any], adapter: Adapter, scores: list[_Score], aside: SetAside
+    saved: dict[str, Any], adapter: Adapter, scores: list[Score], aside: SetAside
 ) -> tuple[int, float, float]:
     """Put a checkpoint's state back; the step to go on from, and the seconds spent and waited so far."""
     adapter.load_state_dict(saved["adapter"])
@@ -336,137 +269,6 @@ def _resume(
         score.load_state_dict(state)
     aside.load_state_dict(saved.get("set_aside", {}))  # checkpoints of streams of one length had none
     return saved["step"], saved["seconds"], saved["waited"]
-
-
-def padded(stream: Stream, length: int) -> Stream:
-    """``stream`` brought to ``length`` steps by playing its rows again: the stacked streams of one task
-    step together, so one that ends first fills the steps after its end with filler. Nothing of those
-    steps is scored or kept (``SetAside``). Only one-sample steps are padded: a filler row must not join
-    a stream's own last batch."""
-    missing = length - len(stream.rows)
-    if missing <= 0:
-        return stream
-    if stream.batch_size != 1:
-        raise ValueError(f"stacked streams of batch size {stream.batch_size} must be of one length")
-    return dataclasses.replace(
-        stream,
-        rows=np.concatenate([stream.rows, np.resize(stream.rows, (missing, stream.rows.shape[1]))]),
-        evaluated=np.concatenate([stream.evaluated, np.zeros(missing, bool)]),
-    )
-
-
-class SetAside:
-    """Each stacked stream's adapted weights as they were after its own last step.
-
-    Stacked streams step together for as long as the longest, so a stream whose stream ended earlier
-    (the blind spot's one pass over a corruption with fewer mistakes) keeps adapting on filler. Its
-    weights at its own end are set aside here and put back before the frozen scoring, which reads only
-    the adapted weights (``Adapter.predict`` forwards the model, not the predictor). Streams of one
-    length set nothing aside.
-    """
-
-    def __init__(self, adapter: Adapter | Relay, ends: list[int]) -> None:
-        self.ends = ends
-        self.adapter = adapter
-        early = any(end < max(ends) for end in ends) and adapter.recipe.adapts  # NoAdapt keeps no weights
-        self.kept = {name: p.detach().clone() for name, p in adapter.params.items()} if early else {}
-
-    def after(self, step: int) -> None:
-        """Set aside the weights of the streams whose last step was ``step`` (counted from 1)."""
-        if not self.kept or step not in self.ends:
-            return
-        for name, param in self.adapter.params.items():
-            done = torch.tensor([end == step for end in self.ends], device=param.device)
-            put_rows(self.kept[name], param.detach(), done)
-
-    def put_back(self) -> None:
-        """Every stream's weights as they were at its own end (the longest's are its current ones)."""
-        if not self.kept:
-            return
-        self.after(max(self.ends))
-        with torch.no_grad():
-            for name, param in self.adapter.params.items():
-                param.copy_(self.kept[name])
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {name: tensor.clone() for name, tensor in self.kept.items()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for name, tensor in state.items():
-            self.kept[name].copy_(tensor)
-
-
-STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps
-
-
-def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
-    """The runs' common spec if they may share one stacked adapter: the same run but for the corruption,
-    no prelude (a relay hands one model over) and not the mixed protocol (one stream already); otherwise
-    a one-line error."""
-    if not specs:
-        raise ValueError("no runs to stack")
-    first = specs[0]
-    if len(specs) == 1:
-        return first
-    common = {field: value for field, value in first.as_dict().items() if field != "corruption"}
-    for spec in specs[1:]:
-        values = spec.as_dict()
-        differing = [field for field, value in common.items() if values[field] != value]
-        if differing:
-            raise ValueError(f"stacked runs may differ in their corruption only, not in {differing}")
-    if first.prelude or first.corruption == MIXED:
-        raise ValueError(
-            f"runs with a prelude or of the mixed protocol do not stack (protocol {first.protocol!r}, "
-            f"prelude {first.prelude or 'none'})"
-        )
-    return first
-
-
-class _Score:
-    """One run's online accuracy, per domain, with the prelude's batches scored apart, and its curve."""
-
-    def __init__(self, stream: Stream, prelude_steps: int, device: torch.device) -> None:
-        self.stream = stream
-        self.prelude_steps = prelude_steps
-        self.device = device
-        self.counts = torch.zeros(4, len(stream.domains), device=device)  # right, seen; prelude's too
-        self._curve: list[torch.Tensor] = []
-
-    def add(self, index: int, a: int, b: int, hits: torch.Tensor) -> None:
-        """Score batch ``index``, the stream's rows ``a:b``, whose predictions hit or missed as ``hits``."""
-        counted = np.flatnonzero(self.stream.evaluated[a:b])  # known on the host: no question to the device
-        if not len(counted):
-            self._curve.append(torch.tensor(math.nan, device=self.device))
-            return
-        where = torch.from_numpy(counted).to(self.device, non_blocking=True)
-        domain = torch.from_numpy(self.stream.rows[a:b][counted, 0]).to(self.device, non_blocking=True)
-        right, total = self.counts[:2] if index >= self.prelude_steps else self.counts[2:]
-        right.index_add_(0, domain, hits[where])
-        total.index_add_(0, domain, torch.ones_like(hits[where]))
-        self._curve.append(hits[where].mean())
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        curve = torch.stack(self._curve) if self._curve else torch.empty(0, device=self.device)
-        return {"counts": self.counts.clone(), "curve": curve}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.counts.copy_(state["counts"])
-        self._curve = list(state["curve"].unbind())
-
-    def frozen(self, hits: np.ndarray) -> None:
-        """The blind spot: only the frozen rows, scored by the adapted model after the stream, count."""
-        self.counts[:2, 0] = torch.tensor([hits.sum(), len(hits)], device=self.counts.device)
-
-    def totals(self) -> tuple[np.ndarray, np.ndarray]:
-        counts = self.counts[:2].cpu().double().numpy()  # whole counts: exact
-        return counts[0], counts[1]
-
-    @property
-    def prelude_accuracy(self) -> float:
-        return float(self.counts[2].sum() / self.counts[3].sum().clamp_min(1))
-
-    def curve(self) -> list[float]:
-        return torch.stack(self._curve).tolist() if self._curve else []
 
 
 def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1) -> Adapter | Relay:
@@ -493,40 +295,8 @@ def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1)
     )
 
 
-class StreamBatches(torch.utils.data.Dataset):
-    """A stream's batches, in order, as a ``Dataset`` of uint8 images and labels: a ``DataLoader`` then
-    gathers (for files: decodes) them in worker processes ahead of the loop, in exactly the stream's
-    order, and hands them over in pinned memory for a GPU."""
-
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
-        bounds = streams.batches(stream.rows, stream.batch_size)
-        self.bounds = list(zip(bounds[:-1], bounds[1:], strict=True))
-
-    def __len__(self) -> int:
-        return len(self.bounds)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        a, b = self.bounds[index]
-        return gather_batch(self.stream, self.stream.rows[a:b])
-
-    def loader(self, device: torch.device, shared_by: int = 1, start: int = 0) -> torch.utils.data.DataLoader:
-        """The loader of the batches from ``start`` on; ``shared_by`` stacked streams split the machine's
-        decoding workers between them."""
-        workers = max((datasets.loader_workers(images) for images, _ in self.stream.domains), default=0)
-        workers = -(-workers // shared_by)  # rounded up: a stream that decodes files keeps one
-        return torch.utils.data.DataLoader(
-            torch.utils.data.Subset(self, range(start, len(self))) if start else self,
-            batch_size=None,
-            shuffle=False,
-            num_workers=workers,
-            pin_memory=device.type == "cuda",
-            prefetch_factor=4 if workers else None,
-        )
-
-
 def _metrics(
-    score: _Score, seconds: float, steps: int, history: list[dict[str, Any]], device: torch.device
+    score: Score, seconds: float, steps: int, history: list[dict[str, Any]], device: torch.device
 ) -> dict[str, Any]:
     stream = score.stream
     correct, seen = score.totals()

@@ -1,11 +1,11 @@
 """Choosing learning rates without looking at the benchmark.
 
 ``select_on_held_out`` sweeps learning rates on the four extra corruptions only (speckle noise, Gaussian
-blur, spatter, saturate), which protocols.md calls a fair held-out set, and picks the best mean online
-accuracy; the 15 benchmark corruptions are never touched. ``data_free_predictor_lr`` is the paper's
-appendix recipe for η_h: adapt on pure Gaussian-noise images and keep the η_h under which the model's
-mean prediction entropy changes least, i.e. the rate that is least disruptive when there is nothing to
-learn.
+blur, spatter, saturate), a held-out set fair to the benchmark (``docs/benchmark.md``, "Choosing learning
+rates without the benchmark"), and picks the best mean online accuracy; the 15 benchmark corruptions are
+never touched. ``data_free_predictor_lr`` is the paper's appendix recipe for η_h: adapt on pure
+Gaussian-noise images and keep the η_h under which the model's mean prediction entropy changes least,
+i.e. the rate that is least disruptive when there is nothing to learn.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import torch
 
 import zerosiam
 from zerosiam import corruptions
-from zerosiam.bench.grid import KIND, Grid, execute
-from zerosiam.bench.runner import RunSpec
+from zerosiam.bench.execution import Execution, execute
+from zerosiam.bench.grid import Grid
+from zerosiam.bench.spec import KIND, RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
 from zerosiam.data.tensors import to_input
 from zerosiam.methods import get_recipe
@@ -55,7 +56,8 @@ def select_on_held_out(
     **execution: Any,
 ) -> list[Choice]:
     """Run the sweep on the extra corruptions, record and return the best hparams of each method (the
-    best mean online accuracy over the four; a tie goes to the candidate listed first)."""
+    best mean online accuracy over the four; a tie goes to the candidate listed first). ``execution``
+    holds the fields of an ``Execution`` (backend, workers, device, progress, ...)."""
     grid = Grid(
         models=[model],
         methods=methods,
@@ -69,7 +71,7 @@ def select_on_held_out(
     )
     specs = grid.specs()
     assert not {s.corruption for s in specs} & set(corruptions.BENCHMARK)  # held out by construction
-    _, failures = execute(specs, store, **execution)  # backend, workers, threads, device, …
+    _, failures = execute(specs, store, Execution(**execution))
     if failures:
         raise RuntimeError(
             f"{len(failures)} selection run(s) failed, e.g. {failures[0].error}; see the store"

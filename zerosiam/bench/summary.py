@@ -1,7 +1,7 @@
 """The one grid a reader takes in first: per scenario (protocol) and model, how far ZeroSiam is above or below
 not adapting, and where it ranks among the adapting methods.
 
-Every number comes from :func:`zerosiam.bench.report.build_tables`, so the summary never disagrees with the
+Every number comes from :func:`zerosiam.bench.tables.build_tables`, so the summary never disagrees with the
 tables under it: a method's score in a cell is its table line's average over the 15 benchmark corruptions
 (the mean of its seed-means, blank unless every corruption is present) or, for the mixed protocol, its
 ``Overall`` column. A cell is only summarised when it is unambiguous: one dataset and severity, and one
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name
-from zerosiam.bench.report import (
+from zerosiam.bench.tables import (
     AVERAGE,
     BASELINE,
     MISSING,

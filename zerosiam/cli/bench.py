@@ -11,7 +11,7 @@ import argparse
 import ast
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerosiam.cli._args import csv_list, device_name, int_list, non_negative_float, positive_int
 from zerosiam.cli._errors import (
@@ -22,6 +22,13 @@ from zerosiam.cli._errors import (
     report_failures,
     resume_hint,
 )
+from zerosiam.cli._models import check_label_space
+
+if TYPE_CHECKING:  # the commands import the benchmark lazily: torch only for the commands that compute
+    from zerosiam.bench.execution import Execution
+    from zerosiam.bench.grid import Grid
+    from zerosiam.bench.spec import RunSpec
+    from zerosiam.bench.store import ResultStore
 
 
 def _value(text: str) -> Any:
@@ -84,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an option of a timm:/builder:/torchscript: model, e.g. --model-option mean=0.5",
+        help="an option of a timm:/builder:/torchscript:/hf: model, e.g. --model-option mean=0.5",
     )
     parser.add_argument(
         "--precision", help="the forward's precision: fp32 (default, as the paper), tf32, bf16, fp16"
@@ -119,29 +126,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--stack",
         action="store_true",
-        help="run the batch-size-1 runs of Tent, ZeroSiam and NoAdapt that differ only in corruption as "
-        "streams of one adapter (the same results, many times faster)",
+        help="run the batch-size-1 runs that differ only in corruption as streams of one adapter (the same "
+        "results, many times faster): any method with a linear predictor or none (not predictor=mlp), "
+        "without a prelude, on a GroupNorm/LayerNorm model; other runs go alone",
     )
     parser.set_defaults(func=main)
 
 
-def grid_from_args(args: argparse.Namespace):
+# The grid's models and methods when neither the file nor a flag names them.
+DEFAULTS = {"models": ["resnet20"], "methods": ["noadapt", "tent", "zerosiam"]}
+
+
+def grid_from_args(args: argparse.Namespace) -> Grid:
     """The grid the flags (over the YAML file, if any) ask for, checked: a bad value is a ``UsageError``."""
     from zerosiam.bench.grid import Grid
 
-    values: dict[str, Any] = {}
-    if args.grid:
-        import yaml
+    if args.grid and not args.grid.is_file():
+        raise UsageError(f"grid file {str(args.grid)!r} does not exist")
+    try:
+        grid = Grid.from_yaml(args.grid, DEFAULTS) if args.grid else Grid.from_mapping({}, DEFAULTS)
+        grid = grid.with_values(_flag_values(args, grid))
+        grid.validate()
+        check_label_space(grid.models, grid.model_options, grid.dataset)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return grid
 
-        if not args.grid.is_file():
-            raise UsageError(f"grid file {str(args.grid)!r} does not exist")
-        values.update(yaml.safe_load(args.grid.read_text()) or {})
+
+def _flag_values(args: argparse.Namespace, grid: Grid) -> dict[str, Any]:
+    """The grid's keys the flags set: each given flag replaces the file's value, except ``--set``,
+    ``--sweep`` and ``--model-option``, whose entries join the file's (a flag's entry wins)."""
+    corruptions = args.corruptions
     flags = {
         "models": args.models,
         "methods": args.methods,
         "dataset": args.dataset,
-        "corruptions": args.corruptions
-        and (args.corruptions if args.corruptions == "benchmark" else csv_list(args.corruptions)),
+        "corruptions": corruptions if corruptions in (None, "benchmark") else csv_list(corruptions),
         "severities": args.severities,
         "protocols": args.protocols,
         "seeds": args.seeds,
@@ -150,21 +170,11 @@ def grid_from_args(args: argparse.Namespace):
         "precision": args.precision,
         "rates": args.rates,
     }
-    values.update({key: value for key, value in flags.items() if value is not None})
-    values["hparams"] = {**values.get("hparams", {}), **_assignments(args.hparams, many=False)}
-    values["sweep"] = {**values.get("sweep", {}), **_assignments(args.sweep, many=True)}
-    values["model_options"] = {
-        **values.get("model_options", {}),
-        **_assignments(args.model_options, many=False),
-    }
-    values.setdefault("models", ["resnet20"])
-    values.setdefault("methods", ["noadapt", "tent", "zerosiam"])
-    try:
-        grid = Grid.from_mapping(values)
-        grid.validate()
-        return grid
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    values = {key: value for key, value in flags.items() if value is not None}
+    values["hparams"] = {**grid.hparams, **_assignments(args.hparams, many=False)}
+    values["sweep"] = {**grid.sweep, **_assignments(args.sweep, many=True)}
+    values["model_options"] = {**grid.model_options, **_assignments(args.model_options, many=False)}
+    return values
 
 
 def _every(asked: float | None, default: float) -> float | None:
@@ -173,9 +183,8 @@ def _every(asked: float | None, default: float) -> float | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from zerosiam.bench.checkpoint import CHECKPOINT_EVERY
-    from zerosiam.bench.grid import KIND, execute
-    from zerosiam.bench.select import grid_specs
+    from zerosiam.bench.execution import execute
+    from zerosiam.bench.spec import KIND
     from zerosiam.bench.store import ResultStore
 
     refuse_text_store(args.db)
@@ -184,24 +193,10 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
-    try:
-        specs = grid_specs(grid, store)
-    except ValueError as error:  # no learning rate selected for a method
-        raise UsageError(str(error)) from None
+    specs = _specs(grid, store)
     try:
         with interruptible():
-            ran, failures = execute(
-                specs,
-                store,
-                args.backend,
-                args.workers,
-                args.threads,
-                args.address,
-                device=args.device,
-                gpus_per_run=args.gpus_per_run,
-                stack=args.stack,
-                checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
-            )
+            ran, failures = execute(specs, store, _execution(args))
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise
@@ -213,3 +208,34 @@ def main(args: argparse.Namespace) -> int:
         wanted = {spec.run_id for spec in specs}
         print(to_markdown(build_tables([row for row in store.rows(KIND) if row["run_id"] in wanted])))
     return report_failures(failures)
+
+
+def _specs(grid: Grid, store: ResultStore) -> list[RunSpec]:
+    """The grid's runs; with ``rates: selected``, each with the rates ``select-lr`` recorded in ``store``
+    (a method with none is a ``UsageError``). The paper's rates need nothing from the store."""
+    specs = grid.specs()
+    if grid.rates != "selected":
+        return specs
+    from zerosiam.bench.select import with_selected_rates
+
+    try:
+        return with_selected_rates(specs, store)
+    except ValueError as error:  # no learning rate selected for a method, or two that disagree
+        raise UsageError(str(error)) from None
+
+
+def _execution(args: argparse.Namespace) -> Execution:
+    """Where and how the flags ask the runs to execute."""
+    from zerosiam.bench.checkpoint import CHECKPOINT_EVERY
+    from zerosiam.bench.execution import Execution
+
+    return Execution(
+        backend=args.backend,
+        workers=args.workers,
+        threads=args.threads,
+        address=args.address,
+        device=args.device,
+        gpus_per_run=args.gpus_per_run,
+        stack=args.stack,
+        checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
+    )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from zerosiam.cli._args import device_name, positive_int
 from zerosiam.cli._errors import UsageError, refuse_text_store
+from zerosiam.cli._models import check_label_space, describe
 
 
 def _floats(text: str) -> list[float]:
@@ -59,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
     refuse_text_store(args.db)
     device = resolve_device(args.device)  # checked when the flags were read
     if args.data_free:
+        describe(args.model, {})  # noise needs no labels, but the model must load
         if not args.predictor_lr:
             raise UsageError("--data-free needs --predictor-lr candidates")
         lr = args.lr[0] if args.lr else None
@@ -74,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
     sweep = {key: values for key, values in candidates if values}
     if not sweep:
         raise UsageError("give candidates with --lr, --predictor-lr or --lr-scale")
+    check_label_space([args.model], {}, args.dataset)
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
     choices = select_on_held_out(

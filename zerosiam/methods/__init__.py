@@ -26,6 +26,7 @@ from zerosiam.methods.tent import tent
 from zerosiam.methods.tlm import tlm
 from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
 from zerosiam.parts.contract import MODALITIES, Modality
+from zerosiam.parts.learner import keyword_options
 from zerosiam.parts.precision import check_precision
 
 METHODS: dict[str, dict[Modality, Recipe]] = {}
@@ -79,24 +80,22 @@ def get_recipe(method: str | Recipe, modality: Modality = "image") -> Recipe:
 
 _ASYMMETRY_FIELDS = {f.name for f in dataclasses.fields(Asymmetry)}
 _RECIPE_FIELDS = {f.name for f in dataclasses.fields(Recipe)} - {"name"}
-_ADAPT_OPTIONS = {
-    "lr",
-    "predictor_lr",
-    "momentum",
-    "batch_size",
-    "head",
-    "lr_scale",
-    "precision",
-    "diagnostics",
-}
+# How the caller lays out its batches, not an option of the method: a benchmark stacks streams itself.
+_LAYOUT = {"streams"}
+
+
+def _takes(recipe: Recipe) -> set[str]:
+    """Every keyword ``adapt`` takes with ``recipe``: its own (read from its signature), the recipe's
+    fields, ZeroSiam's asymmetry options when the recipe has a predictor, and what its parts prepare on."""
+    options = keyword_options(adapt) | _RECIPE_FIELDS | prepare_options(recipe)
+    return options | _ASYMMETRY_FIELDS if recipe.asymmetry is not None else options
 
 
 def options_of(method: str | Recipe) -> set[str]:
-    """Every keyword ``adapt`` takes with ``method``: its own (rates, batch size, head), the recipe's
+    """Every keyword ``adapt`` takes with ``method`` but ``streams`` (the batches' layout, which a
+    benchmark sets with ``--stack``): its own (rates, batch size, head, precision, ...), the recipe's
     fields, ZeroSiam's asymmetry options when the recipe has a predictor, and what its parts prepare on."""
-    recipe = get_recipe(method)
-    options = _ADAPT_OPTIONS | _RECIPE_FIELDS | prepare_options(recipe)
-    return options | _ASYMMETRY_FIELDS if recipe.asymmetry is not None else options
+    return _takes(get_recipe(method)) - _LAYOUT
 
 
 def _apply_overrides(recipe: Recipe, overrides: dict) -> tuple[Recipe, dict]:
@@ -107,11 +106,8 @@ def _apply_overrides(recipe: Recipe, overrides: dict) -> tuple[Recipe, dict]:
     changed = recipe.with_(**fields) if fields else recipe
     unknown = set(overrides) - prepare_options(changed)
     if unknown:
-        options = sorted(_ASYMMETRY_FIELDS | _RECIPE_FIELDS | prepare_options(changed))
-        raise TypeError(
-            f"unknown option(s) {sorted(unknown)} for {recipe.name}; options are lr, predictor_lr, momentum, "
-            f"batch_size, head, {', '.join(options)}"
-        )
+        options = ", ".join(sorted(_takes(changed)))
+        raise TypeError(f"unknown option(s) {sorted(unknown)} for {recipe.name}; options are {options}")
     if asymmetric:
         if changed.asymmetry is None:
             raise TypeError(f"{sorted(asymmetric)} apply to ZeroSiam's predictor; {recipe.name} has none")
@@ -132,6 +128,7 @@ def adapt(
     precision: str = "fp32",
     diagnostics: bool = True,
     streams: int = 1,
+    output: str | int | None = None,
     **overrides,
 ) -> Adapter:
     """Wrap ``model`` for online test-time adaptation by ``method``.
@@ -139,15 +136,24 @@ def adapt(
     ``lr`` (η_f) and ``predictor_lr`` (η_h) default to the paper's rates for the model's family at
     ``batch_size``, times ``lr_scale``: it moves both defaults together, e.g. to try the paper's rates ×10
     on a smaller model, and leaves an explicit ``lr`` or ``predictor_lr`` as given. ``head`` names the
-    classifier module when it cannot be detected. ``precision`` (``fp32``, ``bf16``, ``fp16``) is the
-    forward's: autocast, with losses and updates in float32 (``zerosiam.parts.precision``). Any other
-    keyword overrides a recipe field or ZeroSiam's asymmetry option (``alpha``, ``predictor``,
-    ``divergence``, ``stop_gradient``), e.g. ``adapt(model, "zerosiam", predictor="mlp")``; keywords
-    that a recipe's parts take in ``prepare`` go to them, e.g. ``adapt(model, "eata", clean_data=loader)``.
+    classifier module when it cannot be detected. ``precision`` (``fp32``, ``tf32``, ``bf16``, ``fp16``) is
+    the forward's: ``tf32`` lets matrix products and convolutions run on TF32 tensor cores (an Ampere or
+    newer GPU; elsewhere it is ``fp32``), ``bf16`` and ``fp16`` autocast; losses and updates stay in
+    float32 (``zerosiam.parts.precision``). Any other keyword overrides a recipe field or ZeroSiam's
+    asymmetry option (``alpha``, ``predictor``, ``divergence``, ``stop_gradient``), e.g.
+    ``adapt(model, "zerosiam", predictor="mlp")``; keywords that a recipe's parts take in ``prepare`` go to
+    them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     ``diagnostics=False`` records only the step counts, not the per-step collapse indicators.
     ``streams=B`` adapts B independent streams in one forward, each batch holding ``batch_size`` samples
     of every stream, stream-major, each stream as if it ran alone (GroupNorm/LayerNorm models, linear
     predictors; ``zerosiam.parts.streams``).
+
+    ``model`` may be any classifier: timm, torchvision, the zoo, a Hugging Face ``transformers`` image
+    classifier (``AutoModelForImageClassification``: its ``pixel_values`` is the first positional
+    argument, so ``model(x)`` works) or your own. Whatever it returns, the adapter returns a logits tensor,
+    read by one rule (``zerosiam.parts.split.logits_of``): a tensor is the logits; from a tuple, dict or
+    ``ModelOutput``, the field ``output`` names (a key or a position), else ``logits``, else the one tensor
+    it holds; an output the rule cannot decide is a one-line error naming its fields.
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if not (math.isfinite(lr_scale) and lr_scale > 0):
@@ -164,7 +170,7 @@ def adapt(
         precision=check_precision(precision),
         diagnostics=diagnostics,
     )
-    return Adapter(model, recipe, settings, head=head, extras=extras, streams=streams)
+    return Adapter(model, recipe, settings, head=head, extras=extras, streams=streams, output=output)
 
 
 __all__ = [

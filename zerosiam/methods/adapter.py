@@ -4,7 +4,9 @@ Like Tent's wrapper, ``adapter(x)`` forwards once, returns that forward's predic
 update) and then updates. Unlike it, what is updated and how comes from a ``Recipe``, so every method
 shares this one loop. The model is adapted in place (no copy of a large backbone) and everything the
 adapter changes is recorded, so ``reset()`` restores the source weights exactly and ``release()`` hands
-the model back as it came.
+the model back as it came. Whatever the model returns (a tensor, a tuple, a dict, a ``transformers``
+``ModelOutput``), the adapter reads its logits by one rule (``zerosiam.parts.split.logits_of``) and
+returns a logits tensor.
 
 ``streams=B`` adapts B independent streams at once (``zerosiam.parts.streams``): each batch holds every
 stream's samples, stream-major, each stream has its own norm parameters and predictor, and ``history``
@@ -29,7 +31,7 @@ from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.precision import forward_precision, tensor_cores
 from zerosiam.parts.predictor import build_predictor, identity_drift
-from zerosiam.parts.split import FeatureTap
+from zerosiam.parts.split import FeatureTap, LogitsOutput, OutputChoice
 from zerosiam.parts.streams import (
     HeldRows,
     StreamNorms,
@@ -67,9 +69,11 @@ class Adapter(GradientLearner):
         head: str | nn.Module | None = None,
         extras: dict[str, Any] | None = None,
         streams: int = 1,
+        output: OutputChoice = None,
     ) -> None:
         self.model = model
         self.streams = check_streams(streams)
+        self._logits = LogitsOutput(model, output)  # model(x) is the logits, whatever the model returns
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
         self.settings = settings
         self._history: list[dict[str, Any]] = []
@@ -299,6 +303,7 @@ class Adapter(GradientLearner):
             self._batch_stats.restore()
             if self._tap is not None:
                 self._tap.close()
+        self._logits.close()
         for name, param in self.model.named_parameters():
             param.requires_grad_(self._requires_grad[name])
         for name, module in self.model.named_modules():

@@ -1,8 +1,8 @@
 """Learning rates by model family and batch size, resolved when an adapter is built.
 
-The numbers are the authors' at batch size 64 (see ``../shared/docs/methods.md``); each row says where
-it comes from. Families are recognised from the model's classes, so a user's own timm or torchvision
-model gets the paper's setting when it has one, and a stated fallback otherwise.
+The numbers are the authors' at batch size 64 (the paper, appendix C.2, and each method's own paper);
+each row says where it comes from. Families are recognised from the model's classes, so a user's own timm
+or torchvision model gets the paper's setting when it has one, and a stated fallback otherwise.
 """
 
 from __future__ import annotations
@@ -50,6 +50,14 @@ ZEROSIAM_RATES = {
 
 TABLES = {"tent": TENT_RATES, "zerosiam": ZEROSIAM_RATES}
 FALLBACK = "resnet50_gn"
+# Hugging Face's classes of the paper's families, as the timm classes they match (ViT's width is its
+# config's hidden_size).
+_HUGGING_FACE_AS_TIMM = {
+    "ViTForImageClassification": "VisionTransformer",
+    "DeiTForImageClassification": "VisionTransformer",
+    "ConvNextForImageClassification": "ConvNeXt",
+    "SwinForImageClassification": "SwinTransformer",
+}
 
 
 def model_family(model: nn.Module) -> str | None:
@@ -66,9 +74,10 @@ def model_family(model: nn.Module) -> str | None:
             raise ValueError(f"rate_family {declared!r} is not one of {sorted(TENT_RATES)}")
         return declared
     names = {type(m).__name__ for m in model.modules()}
-    top = type(model).__name__
+    top = _HUGGING_FACE_AS_TIMM.get(type(model).__name__, type(model).__name__)
     if top == "VisionTransformer":
-        width = getattr(model, "embed_dim", None)
+        config = getattr(model, "config", None)  # a Hugging Face model's
+        width = getattr(model, "embed_dim", None) or getattr(config, "hidden_size", None)
         return {768: "vit_base", 384: "vit_small"}.get(width)
     if top == "ConvNeXt":
         return "convnext_tiny"

@@ -17,13 +17,13 @@ from __future__ import annotations
 from zerosiam.methods.tent import tent
 from zerosiam.parts.norms import WithoutLastStage
 from zerosiam.parts.recovery import ema_below
-from zerosiam.parts.sam import sam
+from zerosiam.parts.sam import SAM
 from zerosiam.parts.selection import entropy_below
 
 sar = tent.with_(
     name="sar",
     select=[entropy_below(0.4)],  # methods.md: SAR E0 = 0.4·ln C
-    step=sam(rho=0.05),  # methods.md: SAR code, ρ = 0.05
+    step=SAM(rho=0.05),  # methods.md: SAR code, ρ = 0.05
     recover=ema_below(0.2),  # methods.md: SAR, ema < 0.2 → reset
     params=WithoutLastStage(),
     lr_family="tent",  # methods.md: learning rates as Tent's
@@ -33,5 +33,5 @@ sar = tent.with_(
 sar_text = tent.with_(
     name="sar",
     select=[entropy_below(nats=0.4)],  # paper appendix: E0 = 0.4 on language
-    step=sam(rho=0.05),  # methods.md: SAR code, ρ = 0.05
+    step=SAM(rho=0.05),  # methods.md: SAR code, ρ = 0.05
 )

@@ -63,6 +63,13 @@ class NormSelector:
 
 
 _FINAL_NORMS = ("norm", "fc_norm", "bn2", "head.norm")  # timm ViT/Swin, ViT avg-pool, EfficientNet, ConvNeXt
+# Hugging Face classifiers keep their network in ``base_model`` (``vit``, ``convnext``, ...): transformer
+# blocks (ViT, DeiT, BEiT: ``layers``; DINOv2: ``encoder.layer``) or stages (ConvNeXt, ResNet:
+# ``encoder.stages``; Swin: ``encoder.layers``), then a final ``layernorm`` (BEiT's mean pooling: in its
+# ``pooler``).
+_HF_BLOCKS = ("layers", "encoder.layer")
+_HF_STAGES = ("encoder.stages", "encoder.layers")
+_HF_FINAL_NORMS = ("layernorm", "pooler.layernorm")
 
 
 def last_stage(model: nn.Module) -> nn.Module | None:
@@ -71,9 +78,12 @@ def last_stage(model: nn.Module) -> nn.Module | None:
     ResNet-50 ``layer4`` and ViT blocks 9–11 are SAR's own choice. For the others, the same idea:
     timm's ``stages[-1]`` (ConvNeXt and most timm CNNs), Swin's ``layers[-1]``, the CIFAR ResNets'
     ``layer3`` (they have three stages), EfficientNet's ``blocks[-1]``, and for any transformer with a
-    ``blocks`` list its last quarter (blocks 9–11 of 12).
+    ``blocks`` list its last quarter (blocks 9–11 of 12); the same for Hugging Face's classifiers.
     """
     model = getattr(model, "wrapped_model", model)
+    backbone = _hugging_face_backbone(model)
+    if backbone is not None:
+        return _hugging_face_last_stage(backbone)
     for name in ("stages", "layers"):
         stages = getattr(model, name, None)
         if isinstance(stages, (nn.Sequential, nn.ModuleList)) and len(stages):
@@ -92,13 +102,38 @@ def last_stage(model: nn.Module) -> nn.Module | None:
 def final_norms(model: nn.Module) -> list[nn.Module]:
     """The norms after the last stage (before the classifier), e.g. a ViT's ``norm``."""
     model = getattr(model, "wrapped_model", model)
+    backbone = _hugging_face_backbone(model)
+    if backbone is not None:
+        model, names = backbone, _HF_FINAL_NORMS
+    else:
+        names = _FINAL_NORMS
     found = []
-    for name in _FINAL_NORMS:
+    for name in names:
         try:
             found.append(model.get_submodule(name))
         except AttributeError:
             continue
-    return found
+    return [module for module in found if is_norm(module)]  # BEiT's unused ``layernorm`` is an Identity
+
+
+def _hugging_face_backbone(model: nn.Module) -> nn.Module | None:
+    """The network inside a Hugging Face classifier (its ``base_model``), or None for other models."""
+    backbone = getattr(model, "base_model", None)
+    return backbone if isinstance(backbone, nn.Module) and hasattr(model, "config") else None
+
+
+def _hugging_face_last_stage(backbone: nn.Module) -> nn.Module | None:
+    """The last quarter of a Hugging Face transformer's blocks, or its last stage."""
+    for path in (*_HF_BLOCKS, *_HF_STAGES):
+        try:
+            found = backbone.get_submodule(path)
+        except AttributeError:
+            continue
+        if isinstance(found, (nn.Sequential, nn.ModuleList)) and len(found):
+            if path in _HF_BLOCKS:
+                return nn.ModuleList(found[len(found) - max(1, len(found) // 4) :])
+            return found[-1]
+    return None
 
 
 @dataclass(frozen=True)

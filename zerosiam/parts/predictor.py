@@ -95,8 +95,3 @@ def identity_drift(predictor: nn.Module) -> Tensor | float:
         return float("nan")
     identity = torch.eye(weight.shape[-1], dtype=weight.dtype, device=weight.device)
     return torch.linalg.matrix_norm(weight - identity)
-
-
-def distance_from_identity(predictor: nn.Module) -> float:
-    """``identity_drift`` as a Python number."""
-    return float(identity_drift(predictor))

@@ -11,6 +11,7 @@ closure's ``restrict`` argument; the recipe's rules then filter them again at θ
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -93,5 +94,11 @@ class SAM:
         return [first, second]
 
 
-def sam(rho: float = 0.05) -> SAM:  # methods.md: SAR code, ρ = 0.05
+def sam(rho: float = 0.05) -> SAM:
+    """Deprecated: use ``SAM(rho)``, the step itself (``docs/methods.md`` once showed ``sam(rho=…)``)."""
+    warnings.warn(
+        "zerosiam.parts.sam.sam(rho) is deprecated; use zerosiam.parts.sam.SAM(rho)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return SAM(rho)

@@ -5,18 +5,124 @@ the head captures z (the head's input) during the model's own forward, so the ta
 the model's output. The head is found, in order: as the user names it; by timm's ``get_classifier()``;
 by the usual attribute names (``fc``, ``classifier``, ``head``, ``heads``, ``lm_head``, ...); and, for
 any other model, on the first batch, as the linear layer whose output *is* the model's output.
+
+What the model returns is read as its logits by one rule, ``logits_of``: a tensor is the logits; from a
+tuple, dict or ``ModelOutput`` (Hugging Face ``transformers``), the field the user names with ``output=``,
+else ``logits``, else the one tensor it holds. ``LogitsOutput`` applies it to every forward of a model the
+adapter holds, so that every caller of ``model(x)`` (the tap, the adapter, DeYO's second view, EATA's
+Fisher) reads one tensor without knowing what the model returns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
+
+OutputChoice = str | int | None  # a field name or position in the model's output; None: the rule decides
 
 _HEAD_ATTRIBUTES = ("fc", "classifier", "head", "heads", "lm_head", "linear", "last_linear", "output")
 
 
 class HeadNotFoundError(ValueError):
     """The model's classifier head could not be detected; the message says how to name it."""
+
+
+class OutputNotLogitsError(ValueError):
+    """What the model returns holds no tensor that is clearly its logits; the message names the output's
+    type, its fields and the ``output=`` option that picks one."""
+
+
+def logits_of(output: object, choice: OutputChoice = None) -> Tensor:
+    """The logits in ``output``, what a model's forward returned, by one rule.
+
+    A tensor is the logits. A tuple, dict, ``ModelOutput`` or dataclass holds them: in the field
+    ``choice`` names (a key, or a position), else in ``logits`` (the name Hugging Face's classifiers
+    use), else in the one tensor it holds. When none of these decides, guessing could adapt on a loss or
+    on hidden states, so an ``OutputNotLogitsError`` says what the output holds and how to choose.
+    """
+    if isinstance(output, Tensor):
+        return output
+    fields = _fields(output)
+    if choice is not None:
+        return _chosen_field(output, fields, choice)
+    if isinstance(fields.get("logits"), Tensor):
+        return fields["logits"]
+    tensors = [value for value in fields.values() if isinstance(value, Tensor)]
+    if len(tensors) == 1:
+        return tensors[0]
+    raise OutputNotLogitsError(
+        f"cannot tell which field of the model's output holds the logits: {_describe(output, fields)}; name "
+        f"it with output=<field or position>, e.g. zerosiam.adapt(model, method, output={_example(fields)!r})"
+    )
+
+
+def _example(fields: dict[str | int, object]) -> str | int:
+    """A field to show in the error: the first ``(N, classes)``-shaped tensor, else the first field."""
+    matrices = [name for name, value in fields.items() if isinstance(value, Tensor) and value.ndim == 2]
+    return matrices[0] if matrices else next(iter(fields), 0)
+
+
+def _fields(output: object) -> dict[str | int, object]:
+    """The named (dict, ``ModelOutput``, named tuple, dataclass) or numbered (tuple, list) fields of an
+    output; none for anything else."""
+    if isinstance(output, Mapping):
+        return dict(output)
+    if isinstance(output, tuple) and hasattr(output, "_asdict"):
+        return dict(output._asdict())
+    if isinstance(output, tuple | list):
+        return dict(enumerate(output))
+    return dict(vars(output)) if hasattr(output, "__dict__") else {}
+
+
+def _chosen_field(output: object, fields: dict[str | int, object], choice: str | int) -> Tensor:
+    """The field ``choice`` names, by key or by position (a ``ModelOutput`` has both)."""
+    if choice in fields:
+        value = fields[choice]
+    elif isinstance(choice, int) and -len(fields) <= choice < len(fields):
+        value = list(fields.values())[choice]
+    else:
+        raise OutputNotLogitsError(
+            f"output={choice!r} names no field of the model's output: {_describe(output, fields)}"
+        )
+    if not isinstance(value, Tensor):
+        raise OutputNotLogitsError(f"output={choice!r} is a {type(value).__name__}, not a tensor of logits")
+    return value
+
+
+def _describe(output: object, fields: dict[str | int, object]) -> str:
+    """``<type> with fields name (shape), ...``: enough to see which field is ``(N, classes)``."""
+
+    def what(value: object) -> str:
+        if isinstance(value, Tensor):
+            return "×".join(map(str, value.shape)) or "scalar"
+        return type(value).__name__
+
+    listed = ", ".join(f"{name} ({what(value)})" for name, value in fields.items()) or "none"
+    return f"{type(output).__name__} with fields {listed}"
+
+
+class LogitsOutput:
+    """Makes ``model(x)`` return its logits, read by ``logits_of``, until ``close``.
+
+    A forward hook on the model itself replaces a non-tensor output by its logits, so the rule is applied
+    in one place and every caller of ``model(x)`` gets one tensor. TorchScript modules take no hooks;
+    their output is read as it comes.
+    """
+
+    def __init__(self, model: nn.Module, choice: OutputChoice = None) -> None:
+        self.choice = choice
+        scripted = isinstance(model, torch.jit.ScriptModule)
+        self._handle = None if scripted else model.register_forward_hook(self._read)
+
+    def _read(self, module: nn.Module, inputs: tuple, output: object) -> Tensor | None:
+        return None if isinstance(output, Tensor) else logits_of(output, self.choice)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
 
 def _how_to_name(model: nn.Module) -> str:

@@ -1,4 +1,4 @@
-"""The test protocols of the paper (``shared/docs/protocols.md``): which samples a run sees, in which order.
+"""The test protocols of the paper (sections 4.1 and 4.3): which samples a run sees, in which order.
 
 * :mod:`zerosiam.protocols.streams`: the streams as pure functions of (labels, seed, parameters) to index
   arrays;

@@ -105,7 +105,7 @@ def build_stream(
     mistakes: FindMistakes | None = None,
     device: torch.device | str = "cpu",
 ) -> Stream:
-    """The stream of ``spec.protocol`` (``shared/docs/protocols.md``) over the images ``load`` gives.
+    """The stream of ``spec.protocol`` (``docs/benchmark.md``, "Protocols") over the images ``load`` gives.
 
     ``load(name)`` returns one domain's uint8 ``(N, H, W, 3)`` images and labels. The mixed protocol
     shuffles the ``mixed_domains`` together. The blind-spot stream is made of what the unadapted source
@@ -212,7 +212,7 @@ def stacked_frozen_hits(
     """``frozen_hits`` of several streams at once, for a ``predict`` of stacked streams: each batch holds
     every stream's next rows, stream-major. The streams must have as many rows to score. ``scored(n)``
     hears when the first ``n`` of the ``frozen_batches`` are done: over 15 corruptions this pass is
-    150,000 images, minutes that a progress bar should show."""
+    150,000 images, long enough that a progress bar should show it."""
     if len({len(r) for r in rows}) > 1:
         raise ValueError(f"stacked streams score as many rows each, got {sorted({len(r) for r in rows})}")
     hits = []

@@ -26,7 +26,6 @@ Two constraints decide the values:
 | ``NOISE_IMAGES`` | ``[seed, 3]`` | the pure-noise images of the noise-prefix protocol |
 | ``BLIND_SPOT_DRAWS`` | ``[seed, 4]`` | the blind-spot stream's sample of the source model's mistakes |
 | ``MIXED_ORDER`` | ``[seed, 5]`` | the shuffle of the mixed protocol's domains |
-| ``DIRICHLET_CHUNKS`` | ``[seed, 6]`` | the Dirichlet stream: class shuffles, chunk shares, chunk shuffles |
 | ``CLEAN_SUBSET`` | ``[seed, 7]`` | the clean in-distribution images some methods get (EATA's Fisher) |
 """
 
@@ -39,7 +38,7 @@ EPOCH_ORDER = 2
 NOISE_IMAGES = 3
 BLIND_SPOT_DRAWS = 4
 MIXED_ORDER = 5
-DIRICHLET_CHUNKS = 6
+# 6 was the Dirichlet stream's (removed); a new purpose takes the next free number, 8
 CLEAN_SUBSET = 7
 PURPOSES = {
     "LABEL_SHIFT_DRAWS": LABEL_SHIFT_DRAWS,
@@ -47,7 +46,6 @@ PURPOSES = {
     "NOISE_IMAGES": NOISE_IMAGES,
     "BLIND_SPOT_DRAWS": BLIND_SPOT_DRAWS,
     "MIXED_ORDER": MIXED_ORDER,
-    "DIRICHLET_CHUNKS": DIRICHLET_CHUNKS,
     "CLEAN_SUBSET": CLEAN_SUBSET,
 }
 

@@ -1,4 +1,4 @@
-"""The test streams of the paper's protocols (``shared/docs/protocols.md``) as pure functions.
+"""The test streams of the paper's protocols (sections 4.1 and 4.3) as pure functions (``docs/data.md``).
 
 Each function maps (labels or sizes, seed, protocol parameters) to int64 index arrays, so every method
 sees the very same samples in the very same order for a given seed, and the streams can be tested on
@@ -17,7 +17,6 @@ from zerosiam.protocols import seeding
 
 NOISE, DATA = 0, 1  # the domain column of ``noise_prefix``
 LABEL_SHIFT_LENGTH_FACTOR = 2  # T = 2 × dataset size: the ImageNet choice (100,000 steps for 50,000 images)
-DIRICHLET_CHUNKS_PER_CLASS = 10
 
 ArrayLike = np.ndarray | Sequence[int]
 
@@ -76,7 +75,7 @@ def label_shift_schedule(num_classes: int, length: int, seed: int) -> np.ndarray
 def label_shift(
     labels: ArrayLike, imbalance_ratio: float, seed: int, length: int | None = None
 ) -> np.ndarray:
-    """SAR's class-imbalanced online stream (protocols.md, "Label shift").
+    """SAR's class-imbalanced online stream (the paper, section 4.1).
 
     ``length`` steps (default ``2 × len(labels)``) visit the C classes in a seeded random order,
     ``length / C`` consecutive steps each. Each step draws a class from ``q`` (the visited class with
@@ -120,35 +119,6 @@ def _draw_members(
     return by_class[pick].astype(np.int64)
 
 
-# ---------------------------------------------------------------------------------------------- Dirichlet
-def dirichlet_shift(
-    labels: ArrayLike, concentration: float, seed: int, num_chunks: int | None = None
-) -> np.ndarray:
-    """Every sample once, in chunks whose class mix follows Dir(δ) (the non-i.i.d. stream of other TTA
-    benchmarks). Each class's samples are split over ``num_chunks`` chunks (default ``10 × C``) with
-    Dir(``concentration``) proportions; chunks are shuffled inside and played in order. Small δ gives
-    chunks dominated by one class, large δ approaches the ``mild`` stream.
-    """
-    labels = _labels(labels)
-    if not (isinstance(concentration, int | float | np.number) and 0 < concentration < math.inf):
-        raise ValueError(f"concentration must be a positive finite number, got {concentration!r}")
-    classes = np.unique(labels)
-    chunks = (
-        DIRICHLET_CHUNKS_PER_CLASS * len(classes)
-        if num_chunks is None
-        else _count(num_chunks, "num_chunks", 1)
-    )
-    rng = seeding.rng(seed, seeding.DIRICHLET_CHUNKS)
-    parts: list[list[np.ndarray]] = [[] for _ in range(chunks)]
-    for cls in classes:
-        members = rng.permutation(np.flatnonzero(labels == cls))
-        shares = rng.dirichlet(np.full(chunks, float(concentration)))
-        cuts = np.floor(np.cumsum(shares)[:-1] * len(members)).astype(np.int64)
-        for chunk, piece in zip(parts, np.split(members, cuts), strict=True):
-            chunk.append(piece)
-    return np.concatenate([rng.permutation(np.concatenate(chunk)) for chunk in parts]).astype(np.int64)
-
-
 # ---------------------------------------------------------------------------------------------- mixed
 def mixed(domain_sizes: Sequence[int], seed: int) -> np.ndarray:
     """All samples of several domains (e.g. the 15 corruptions) concatenated and shuffled together.
@@ -173,12 +143,6 @@ def batches(indices: ArrayLike | int, batch_size: int) -> np.ndarray:
     size = _count(batch_size, "batch_size", 1)
     n = _count(indices, "stream length") if isinstance(indices, int | np.integer) else len(indices)
     return np.append(np.arange(0, n, size, dtype=np.int64), np.int64(n)) if n else np.zeros(1, dtype=np.int64)
-
-
-def iter_batches(indices: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """The stream cut into batches (views of ``indices``) at ``batches`` boundaries."""
-    bounds = batches(indices, batch_size)
-    return [indices[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 # ---------------------------------------------------------------------------------------------- blind spot

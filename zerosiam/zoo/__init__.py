@@ -9,8 +9,9 @@ Names (see docs/zoo.md):
 - zoo entries, listed by :func:`available_models`: ``resnet20``, ``resnet32``, ``resnet56`` (CIFAR-10),
   ``efficientnet_lite0`` (ImageNet), and the project's own trained CIFAR-10 models whose weights are
   present (:mod:`zerosiam.zoo.trained`);
-- specs, with keyword options: ``timm:<architecture>[@<checkpoint>]``, ``torchscript:<path.pt>`` and
-  ``builder:<module>:<function>[@<checkpoint>]`` (details in :mod:`zerosiam.zoo.specs`).
+- specs, with keyword options: ``timm:<architecture>[@<checkpoint>]``, ``torchscript:<path.pt>``,
+  ``builder:<module>:<function>[@<checkpoint>]`` and ``hf:<folder>`` (a Hugging Face image classifier
+  saved with ``save_pretrained``; details in :mod:`zerosiam.zoo.specs`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _cifar_resnet(depth: int) -> nn.Module:
 
 
 def _cifar_entry(depth: int) -> ModelEntry:
-    # akamaster/pytorch_resnet_cifar10 normalises its inputs with ImageNet mean/std (shared/README.md).
+    # akamaster/pytorch_resnet_cifar10 normalises its inputs with ImageNet mean/std (docs/zoo.md).
     return ModelEntry(
         build=lambda: _cifar_resnet(depth),
         input_size=32,
@@ -114,7 +115,7 @@ _register_trained_models()
 
 
 def available_models() -> list[str]:
-    """The zoo entries by name; specs (``timm:…``, ``torchscript:…``, ``builder:…``) come on top."""
+    """The zoo entries by name; specs (``timm:…``, ``torchscript:…``, ``builder:…``, ``hf:…``) come on top."""
     return list(MODELS)
 
 
@@ -155,9 +156,12 @@ def load_model(name: str, **options: Unpack[ModelOptions]) -> nn.Module:
     ``num_classes`` (timm: the head's width; others: checked by default from a forward pass),
     ``checkpoint`` and ``checkpoint_sha256`` (a state dict read with ``weights_only=True``, or
     safetensors), ``mean``/``std`` (required for ``torchscript:`` and ``builder:``; timm's
-    ``pretrained_cfg`` otherwise), ``input_size``, ``dataset`` ("cifar10" or "imagenet"; inferred from
-    10 or 1000 classes), ``builder_kwargs`` (passed to ``timm.create_model`` or the builder) and
-    ``strict`` (False tolerates extra checkpoint keys, never missing ones).
+    ``pretrained_cfg`` or an ``hf:`` folder's preprocessor config otherwise), ``input_size``, ``dataset``
+    ("cifar10" or "imagenet"; inferred from 10 or 1000 classes), ``builder_kwargs`` (passed to
+    ``timm.create_model``, the builder or ``from_pretrained``) and ``strict`` (False tolerates extra
+    checkpoint keys, never missing ones). An ``hf:`` model resizes images of another size to its input
+    size, as its processor would.
     """
     entry = model_info(name, **options)
-    return Normalized(entry.build(), entry.mean, entry.std).eval()
+    resize_to = entry.input_size if entry.resize else None
+    return Normalized(entry.build(), entry.mean, entry.std, resize_to, entry.resize or "bilinear").eval()

@@ -1,10 +1,11 @@
 """Small CIFAR-10 classifiers with GroupNorm or LayerNorm only: the source models of the paper's claims.
 
 The paper's claims concern models without BatchNorm (ResNet-50-GN, ViT-B/16, ConvNeXt); no such model with
-pretrained weights can be had offline, so these three are scaled down to train on a 2-core CPU in about an
-hour each on the CIFAR-10 training JPEGs. Every model here expects inputs already normalized with the CIFAR
-mean/std (``zerosiam.zoo.trained`` wraps them in ``Normalized``) and ends in a ``head`` or ``fc`` Linear
-whose output *is* the model's output, which is how ``zerosiam.parts.split.find_head`` finds the classifier.
+pretrained weights can be had offline, so these three are scaled down until each trains from scratch on a
+CPU on the CIFAR-10 training JPEGs (``docs/source_models.md`` gives the times). Every model here expects
+inputs already normalized with the CIFAR mean/std (``zerosiam.zoo.trained`` wraps them in ``Normalized``)
+and ends in a ``head`` or ``fc`` Linear whose output *is* the model's output, which is how
+``zerosiam.parts.split.find_head`` finds the classifier.
 Written with ``torch.nn`` only, so the architectures are fully visible and depend on no other library.
 """
 
@@ -244,7 +245,8 @@ ARCHITECTURES: dict[str, Callable[[], nn.Module]] = {
 TEST_ARCHITECTURES: dict[str, Callable[[], nn.Module]] = {
     "tiny_gn": lambda: ResNetGN(depth=8, widths=(8, 16, 16), groups=4),
 }
-"""Miniatures for the test suite and smoke runs (seconds per epoch on a few hundred images)."""
+"""Miniatures for the test suite and smoke runs: about ten thousand parameters, so an epoch on a few hundred
+images is quick on any CPU."""
 
 
 def build_architecture(name: str) -> nn.Module:

@@ -6,13 +6,16 @@ one another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zerosiam.parts.split import find_head
+from zerosiam.parts.split import find_head, logits_of
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -28,20 +31,42 @@ class UnknownModelError(ValueError):
 
 
 class Normalized(nn.Module):
-    """A classifier behind its input normalization: ``forward(x) = model((x − mean) / std)``.
+    """A classifier behind its input normalization: ``forward(x) = model((x − mean) / std)``, read as logits.
 
     Normalizing inside lets every stream hand over plain [0, 1] images, whatever the model was trained
-    with, so neither the adapter nor the benchmark has to know a model's preprocessing.
+    with, so neither the adapter nor the benchmark has to know a model's preprocessing. With
+    ``resize_to``, images of another size are first resized to that square side with ``interpolation``
+    (a Hugging Face model, whose processor resizes every image). What the model returns is read as its
+    logits (``zerosiam.parts.split.logits_of``), so every zoo model returns a tensor.
     """
 
-    def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        mean: Sequence[float],
+        std: Sequence[float],
+        resize_to: int | None = None,
+        interpolation: str = "bilinear",
+    ) -> None:
         super().__init__()
         self.model = model
+        self.resize_to = resize_to
+        self.interpolation = interpolation
         self.register_buffer("mean", torch.tensor(tuple(mean)).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(tuple(std)).view(1, -1, 1, 1), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.model((x - self.mean) / self.std)
+        return logits_of(self.model((self._resized(x) - self.mean) / self.std))
+
+    def _resized(self, x: Tensor) -> Tensor:
+        """``x`` at ``resize_to``² (antialiased when shrinking, as PIL resizes), or as it is."""
+        size = (self.resize_to, self.resize_to)
+        if self.resize_to is None or tuple(x.shape[-2:]) == size:
+            return x
+        smooth = self.interpolation in ("bilinear", "bicubic")
+        return F.interpolate(
+            x, size=size, mode=self.interpolation, antialias=smooth, align_corners=False if smooth else None
+        )
 
     def get_classifier(self) -> nn.Module | None:
         """The wrapped model's head, so the adapter's split sees through the normalization."""
@@ -59,7 +84,9 @@ class ModelEntry:
 
     ``dataset`` tells the runner which data to stream ("cifar10" or "imagenet"); it is None for a user
     model whose class count names no known dataset. ``build`` returns the bare model (without the
-    normalization), in eval mode or not; :func:`zerosiam.load_model` wraps and switches it.
+    normalization), in eval mode or not; :func:`zerosiam.load_model` wraps and switches it. ``resize`` is
+    None when images reach the model as they come (``input_size`` is then recorded only), or the
+    interpolation the wrapper resizes them to ``input_size`` with (``hf:`` models, whose processor says so).
     """
 
     build: Callable[[], nn.Module]
@@ -70,6 +97,7 @@ class ModelEntry:
     dataset: str | None
     source: str = ""
     licence: str = ""
+    resize: str | None = None  # an interpolation: images of another size are resized to input_size with it
 
 
 def as_channels(values: Sequence[float] | float, what: str) -> tuple[float, ...]:
@@ -97,3 +125,18 @@ def dataset_for(num_classes: int, dataset: str | None) -> str | None:
             raise ValueError(f"dataset must be one of {sorted(DATASET_INPUT_SIZES)}, got {dataset!r}")
         return dataset
     return _DATASET_BY_CLASSES.get(num_classes)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The keyword options of :func:`zerosiam.load_model` for a spec (zoo entries take none)."""
+
+    num_classes: int | None = None
+    checkpoint: str | os.PathLike[str] | None = None
+    checkpoint_sha256: str | None = None
+    mean: Sequence[float] | float | None = None
+    std: Sequence[float] | float | None = None
+    input_size: int | None = None
+    dataset: str | None = None
+    builder_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    strict: bool = True

@@ -1,7 +1,7 @@
 """The CIFAR-10 ResNets of He et al. (2016) with BatchNorm and option-A (zero-padding) shortcuts.
 
-The layout and parameter names match the public checkpoints mirrored in ``shared/assets/cifar10-resnets``
-(akamaster/pytorch_resnet_cifar10), so their state dicts load without renaming.
+The layout and parameter names match the public checkpoints of akamaster/pytorch_resnet_cifar10 (the assets
+``resnet20``, ``resnet32`` and ``resnet56``, ``docs/data.md``), so their state dicts load without renaming.
 """
 
 from __future__ import annotations

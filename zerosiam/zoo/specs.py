@@ -13,6 +13,8 @@ never contain ``@``, so a path may):
 - ``torchscript:<path>``, a file saved with ``torch.jit.save``; ``mean=`` and ``std=`` are required.
 - ``builder:<module>:<function>[@<checkpoint>]``, e.g. ``builder:mypkg.models:make_net``; the function
   (imported, then called with ``builder_kwargs``) returns an ``nn.Module``; ``mean=``/``std=`` required.
+- ``hf:<folder>``, a Hugging Face image classifier saved with ``save_pretrained`` beside its image
+  processor's config, which gives its input size and normalization (:mod:`zerosiam.zoo.hugging_face`).
 
 A user's checkpoint is read with ``weights_only=True`` (or as safetensors) and can be pinned with
 ``checkpoint_sha256=``. A class count that is not given is read from one forward pass of zeros.
@@ -23,47 +25,36 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from zerosiam.parts.split import logits_of
 from zerosiam.zoo.base import (
     DATASET_INPUT_SIZES,
     IMAGENET_MEAN,
     IMAGENET_STD,
     ModelEntry,
+    Options,
     UnknownModelError,
     check_normalization,
     dataset_for,
 )
-from zerosiam.zoo.checkpoint import PathLike, existing_file, load_into, verify_sha256
+from zerosiam.zoo.checkpoint import existing_file, load_into, verify_sha256
+from zerosiam.zoo.hugging_face import hugging_face_entry
 
-KINDS = ("timm", "torchscript", "builder")
+KINDS = ("timm", "torchscript", "builder", "hf")
 RANDOM = "random"  # timm:<architecture>@random: random weights, said explicitly
 SYNTAX = (
     "timm:<architecture>[@<checkpoint>]",
     "torchscript:<path.pt>",
     "builder:<module>:<function>[@<checkpoint>]",
+    "hf:<folder of save_pretrained>",
 )
-
-
-@dataclass(frozen=True)
-class Options:
-    """The keyword options of :func:`zerosiam.load_model` for a spec (zoo entries take none)."""
-
-    num_classes: int | None = None
-    checkpoint: PathLike | None = None
-    checkpoint_sha256: str | None = None
-    mean: Sequence[float] | float | None = None
-    std: Sequence[float] | float | None = None
-    input_size: int | None = None
-    dataset: str | None = None
-    builder_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    strict: bool = True
 
 
 MODEL_OPTIONS = tuple(Options.__dataclass_fields__)
@@ -80,6 +71,8 @@ def entry_for(name: str, options: Options) -> ModelEntry:
         raise UnknownModelError(f"{name!r} names no {kind} model; the syntax is one of: {', '.join(SYNTAX)}")
     if kind == "torchscript":
         return _torchscript_entry(target, options)
+    if kind == "hf":
+        return hugging_face_entry(target, options)
     target, options = _split_checkpoint(target, options)
     if kind == "timm":
         return _timm_entry(target, options)
@@ -274,14 +267,15 @@ def _user_input_size(options: Options) -> int:
 
 
 def count_classes(model: nn.Module, input_size: int) -> int:
-    """The width of the model's output for one image of zeros, which must be a (1, classes) tensor."""
+    """The width of the model's logits for one image of zeros (read from its output by ``logits_of``),
+    which must be a (1, classes) tensor."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        output = model(torch.zeros(1, 3, input_size, input_size))
+        output = logits_of(model(torch.zeros(1, 3, input_size, input_size)))
     model.train(was_training)
-    if not isinstance(output, torch.Tensor) or output.dim() != 2 or output.shape[0] != 1:
-        shape = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+    if output.dim() != 2 or output.shape[0] != 1:
+        shape = tuple(output.shape)
         raise ValueError(f"the model must return (N, classes) logits; for one image it returned {shape}")
     return int(output.shape[1])
 

@@ -1,0 +1,101 @@
+"""A run's identity: the ``RunSpec`` that names everything a run's result depends on, and its run id.
+
+The spec is what a grid expands into, what a worker receives, what the store keys a row by and what the
+blind spot's cache of source-model mistakes is named after. It sits apart from the runner that executes
+it, so that each of those imports the spec without importing the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerosiam.bench.store import run_id_for
+from zerosiam.methods import get_recipe
+from zerosiam.parts.precision import check_precision
+from zerosiam.protocols.build import MIXED, PROTOCOLS
+from zerosiam.zoo.trained import shipped_sha256
+
+KIND = "vision"  # the store's kind of a RunSpec's rows (language runs store their own)
+LATER_FIELDS = ("prelude",)  # RunSpec fields younger than the stores: not in a run's identity while empty
+
+
+def check_prelude(prelude: dict[str, Any]) -> None:
+    """A prelude names a known method and a positive number of steps (its other keys are that method's
+    options); anything else is refused in one line before the run starts."""
+    if "method" not in prelude or "steps" not in prelude:
+        raise ValueError(f"a prelude needs a method and a number of steps, got {sorted(prelude)}")
+    get_recipe(prelude["method"])  # a ValueError naming the methods if it is unknown
+    steps = prelude["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"a prelude's steps must be a positive integer, got {steps!r}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that determines a run's result. ``hparams`` are ``adapt`` overrides (lr, predictor_lr, …).
+
+    ``corruption`` is ``"mixed"`` for the mixed protocol, which streams all 15 corruptions in one run.
+    ``stream_length`` sets T for label shift (default: the dataset size) and the length of the blind-spot
+    stream (default: one pass over the source model's mistakes, as the paper); ``noise`` the noise-prefix
+    length; ``epochs`` the passes of the epochs protocol.
+    ``precision`` is the forward's (``fp32``, ``bf16``, ``fp16``); ``model_options`` go to
+    ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
+    ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
+    stream's first ``steps`` batches before ``method`` takes the adapted model over (a ``Relay``); those
+    batches are scored apart, as ``prelude_accuracy``. The device is not here: it is where a run
+    computes, not what it computes.
+    """
+
+    model: str
+    dataset: str
+    corruption: str
+    severity: int
+    protocol: str
+    method: str
+    seed: int = 0
+    batch_size: int = 64
+    limit: int | None = None
+    imbalance_ratio: float = math.inf
+    stream_length: int | None = None
+    noise: int = 1000
+    epochs: int = 1
+    precision: str = "fp32"
+    model_options: dict[str, Any] = field(default_factory=dict)
+    hparams: dict[str, Any] = field(default_factory=dict)
+    prelude: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision)
+        if self.prelude:
+            check_prelude(self.prelude)
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {PROTOCOLS}")
+        if (self.protocol == MIXED) != (self.corruption == MIXED):
+            raise ValueError("the mixed protocol runs with corruption='mixed', and only it does")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def run_id(self) -> str:
+        """A stable identity: the sha256 of the spec's canonical JSON, as for every row of the store.
+
+        A zoo model trained by this project (``resnet26_gn``, ...) adds its shipped weights' sha256: the
+        name stays when the weights are retrained, and a store written with the old ones must not be
+        resumed as if it held results of the new ones. A field added after stores were written
+        (``LATER_FIELDS``) is left out while empty, so the runs stored before it keep their ids.
+        """
+        identity = {
+            key: value for key, value in self.as_dict().items() if not (key in LATER_FIELDS and not value)
+        }
+        weights = shipped_sha256(self.model)
+        if weights is not None:
+            identity["weights_sha256"] = weights
+        return run_id_for(identity)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunSpec:
+        return cls(**values)
