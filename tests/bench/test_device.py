@@ -54,7 +54,7 @@ def test_diagnostics_stay_on_the_device_until_read_then_come_back_in_bulk():
     adapter = zerosiam.adapt(TinyGN(), "zerosiam")
     for _ in range(3):
         adapter(torch.rand(6, 3, 8, 8))
-    raw = adapter._history
+    raw = adapter.log._rows
     assert torch.is_tensor(raw[0]["entropy"]) and torch.is_tensor(raw[2]["divergence"])  # not read yet
     history = adapter.history
     assert history is raw and all(isinstance(row["entropy"], float) for row in history)

@@ -9,7 +9,7 @@ import torch
 
 import zerosiam
 from tests.conftest import TinyBN, TinyGN
-from zerosiam.methods import NonFiniteInputError, options_of
+from zerosiam.methods import Adapter, Frozen, NonFiniteInputError, get_recipe, options_of
 from zerosiam.methods.recipe import Asymmetry
 from zerosiam.parts.learner import keyword_options
 
@@ -251,3 +251,28 @@ def test_lr_scale_moves_both_default_rates_and_leaves_explicit_ones(tiny_bn) -> 
     assert explicit.lr == 1e-3 and explicit.predictor_lr == pytest.approx(10 * base.predictor_lr)
     with pytest.raises(ValueError, match="lr_scale"):
         zerosiam.adapt(copy.deepcopy(tiny_bn), "tent", lr_scale=0)
+
+
+def test_noadapt_is_a_whole_frozen_model_with_the_adapters_face(tiny_bn: TinyBN, images):
+    tiny_bn.train()
+    frozen = zerosiam.adapt(tiny_bn, "noadapt")
+    assert isinstance(frozen, Frozen) and not isinstance(frozen, Adapter)
+    assert frozen.params == {} and frozen.predictor is None and not hasattr(frozen, "optimizer")
+    assert not tiny_bn.training  # the source model as it is deployed: running statistics, eval mode
+    before = tiny_bn.bn.running_mean.clone()
+    first = frozen(images)
+    assert torch.equal(first, frozen.predict(images)) and torch.equal(tiny_bn.bn.running_mean, before)
+    assert frozen.steps == 1 and frozen.last["updated"] is False and frozen.last["entropy"] > 0
+    checkpoint = frozen.state_dict()
+    frozen.reset()
+    assert frozen.steps == 0 and frozen.history == []
+    frozen.load_state_dict(checkpoint)
+    assert frozen.steps == 1 and len(frozen.history) == 1
+    assert frozen.release() is tiny_bn and tiny_bn.training  # modes given back as they came
+
+
+def test_an_adapter_refuses_a_recipe_that_does_not_adapt(tiny_gn: TinyGN):
+    from zerosiam.methods.adapter import Settings
+
+    with pytest.raises(ValueError, match="noadapt does not adapt; zerosiam.adapt wraps it in a Frozen"):
+        Adapter(tiny_gn, get_recipe("noadapt"), Settings(lr=0.0, predictor_lr=0.0))

@@ -13,6 +13,7 @@ import zerosiam
 from tests.toys import tiny
 from zerosiam.methods.tent import tent
 from zerosiam.parts.contract import Evaluation
+from zerosiam.parts.layout import ONE_STREAM
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.sam import SAM, sam
 
@@ -60,12 +61,18 @@ def test_sam_second_pass_is_restricted_to_the_first_selection():
         loss.backward()
         return True
 
+    held = []
     adapter = SimpleNamespace(
-        trainable=[weight], optimizer=optimizer, streams=1, _skipped=None, backward=backward
+        trainable=[weight],
+        optimizer=optimizer,
+        layout=ONE_STREAM,
+        backward=backward,
+        hold=lambda reason, streams: held.append(bool(streams)),
     )
     evaluations = SAM(0.05)(adapter, closure)
     assert calls[0] is None and torch.equal(calls[1], first_mask)
     assert evaluations[1].selected == 1
+    assert held == [False]  # the second pass kept a sample: the step was not held back
 
 
 def test_the_old_sam_factory_warns_and_returns_the_step() -> None:

@@ -14,12 +14,13 @@ import math
 
 from torch import nn
 
-from zerosiam.methods.adapter import Adapter, NonFiniteInputError, Settings, prepare_options
+from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.come import come, come_text
 from zerosiam.methods.deyo import deyo
 from zerosiam.methods.eata import eata, eata_text, eta
 from zerosiam.methods.hparams import Rates, resolve_rates
 from zerosiam.methods.noadapt import noadapt
+from zerosiam.methods.online import Frozen, NonFiniteInputError, OnlineModel, Settings
 from zerosiam.methods.recipe import Asymmetry, Recipe
 from zerosiam.methods.sar import sar, sar_text
 from zerosiam.methods.tent import tent
@@ -130,8 +131,9 @@ def adapt(
     streams: int = 1,
     output: str | int | None = None,
     **overrides,
-) -> Adapter:
-    """Wrap ``model`` for online test-time adaptation by ``method``.
+) -> OnlineModel:
+    """Wrap ``model`` for online test-time adaptation by ``method`` (an ``Adapter``; for ``noadapt``,
+    which adapts nothing, the ``Frozen`` model with the same face).
 
     ``lr`` (η_f) and ``predictor_lr`` (η_h) default to the paper's rates for the model's family at
     ``batch_size``, times ``lr_scale``: it moves both defaults together, e.g. to try the paper's rates ×10
@@ -170,12 +172,16 @@ def adapt(
         precision=check_precision(precision),
         diagnostics=diagnostics,
     )
+    if not recipe.adapts:
+        return Frozen(model, recipe, settings, streams=streams, output=output)
     return Adapter(model, recipe, settings, head=head, extras=extras, streams=streams, output=output)
 
 
 __all__ = [
     "Adapter",
     "Asymmetry",
+    "Frozen",
+    "OnlineModel",
     "METHODS",
     "NonFiniteInputError",
     "Recipe",

@@ -32,7 +32,6 @@ from zerosiam.parts.contract import (
 )
 from zerosiam.parts.losses import DIVERGENCES, OBJECTIVES, PerSample, resolve
 from zerosiam.parts.norms import NormSelector
-from zerosiam.parts.streams import by_stream
 
 
 @dataclass(frozen=True)
@@ -115,38 +114,21 @@ class Recipe:
             mask &= rule(batch)
         batch.kept = mask
         per_sample = self.per_sample_objective(batch)
-        terms = {"objective": _masked_mean(per_sample.detach(), mask, batch.streams)}
+        layout = batch.layout
+        terms = {"objective": layout.masked_mean(per_sample.detach(), mask)}
         if self.weight is not None:
             per_sample = per_sample * self.weight(batch).detach()
         if self.asymmetry is not None:
             alignment = self.asymmetry.align(batch.logits, batch.target)
-            terms["divergence"] = _masked_mean(alignment.detach(), mask, batch.streams)
+            terms["divergence"] = layout.masked_mean(alignment.detach(), mask)
             per_sample = per_sample + alignment
-        if batch.streams > 1:  # each stream's own mean, summed: every stream gets its own gradient
-            per_stream = _masked_mean(per_sample, mask, batch.streams, zero_if_empty=True)
-            loss = per_stream.sum()
-        elif not filtered:  # every sample counts: no need to ask the device whether any does
-            loss = per_sample.mean()
-        else:
-            loss = per_sample[mask].mean() if mask.any() else per_sample.sum() * 0.0
+        loss, per_stream = layout.loss(per_sample, mask, filtered)
         if self.regularizer is not None:
-            regularization = self.regularizer(batch.learner)  # one per stream for stacked streams
+            regularization = self.regularizer(batch.learner)
             terms["regularizer"] = regularization.detach()
-            loss = loss + regularization.sum()
-            if batch.streams > 1:
-                per_stream = per_stream + regularization
+            loss, per_stream = loss + regularization.sum(), per_stream + regularization
         for rule in self.select:
             if hasattr(rule, "observe"):
                 rule.observe(batch, mask)
-        terms["loss"] = per_stream.detach() if batch.streams > 1 else loss.detach()
+        terms["loss"] = per_stream.detach()
         return Evaluation(loss, mask, batch, terms, filtered)
-
-
-def _masked_mean(values: Tensor, mask: Tensor, streams: int = 1, zero_if_empty: bool = False) -> Tensor:
-    """The mean over the selected samples, NaN (or 0) when none is (computed on the device: no host
-    sync); one per stream when the batch stacks several."""
-    kept = torch.where(mask, values, 0.0)
-    if streams > 1:
-        kept, mask = by_stream(kept, streams), by_stream(mask, streams)
-    counts = mask.sum(-1)
-    return kept.sum(-1) / (counts.clamp_min(1) if zero_if_empty else counts)

@@ -16,6 +16,8 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor, nn
 
+from zerosiam.parts.layout import ONE_STREAM, Layout
+
 Modality = Literal["image", "text"]
 MODALITIES: tuple[Modality, ...] = ("image", "text")
 
@@ -29,15 +31,16 @@ class Learner(Protocol):
 
     ``params`` are the adapted weights by name (norm affine parameters of an image model, LoRA weights of
     a language model); ``trainable`` is everything the optimizer moves (``params`` and ZeroSiam's
-    predictor). ``backward`` leaves finite gradients or none; ``skip`` records why a step did not move.
-    ``streams`` is how many independent streams each batch stacks; each weight then has one row per
-    stream, stream first.
+    predictor). ``backward`` leaves finite gradients or none; ``skip`` records why a step did not move,
+    ``hold`` why some streams did not. ``layout`` says how many independent streams each batch stacks
+    (each weight then has one row per stream, stream first) and makes every per-stream reduction
+    (``zerosiam.parts.layout``), so that no part branches on the number of streams.
     """
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     params: dict[str, nn.Parameter]
-    streams: int
+    layout: Layout
 
     @property
     def trainable(self) -> list[nn.Parameter]: ...
@@ -65,8 +68,8 @@ class Batch:
     ``learner`` gives rules that need it (DeYO's second view, EATA's Fisher) the model.
     ``kept`` is what the rules before the current one kept, so a costly rule (DeYO's second forward)
     can work on those samples only, as its authors' code does; ``cache`` holds per-forward values that
-    a rule and a weight share (DeYO's PLPD) so they are computed once. ``streams`` is how many
-    independent streams the rows stack, stream-major (``zerosiam.parts.streams``).
+    a rule and a weight share (DeYO's PLPD) so they are computed once. ``layout`` says how the rows
+    belong to independent streams, stream-major, and reduces per stream (``zerosiam.parts.layout``).
     """
 
     x: Tensor
@@ -78,7 +81,12 @@ class Batch:
     tokens: Tensor | None = None
     kept: Tensor | None = None
     cache: dict[str, Tensor] = field(default_factory=dict)
-    streams: int = 1
+    layout: Layout = ONE_STREAM
+
+    @property
+    def streams(self) -> int:
+        """How many independent streams the rows stack."""
+        return self.layout.count
 
     def require(self, modality: Modality, part: str) -> None:
         """Refuse, in one line, a part that has no meaning for this batch's modality."""
@@ -90,7 +98,8 @@ class Batch:
 class Evaluation:
     """One loss evaluation: the scalar to minimize, the selected samples and what to report.
 
-    ``terms`` are 0-d tensors on the model's device, read back with the step's diagnostics in bulk.
+    ``terms`` are per-stream values on the model's device (0-d for one stream, ``[B]`` for B), read back
+    with the step's diagnostics in bulk.
     ``filtered`` says whether any rule (or a restriction) could have dropped a sample; when none could,
     every sample is selected and a step need not ask the device how many.
     """
@@ -123,7 +132,7 @@ class BatchObjective(Protocol):
 
 
 Weighting = Callable[[Batch], Tensor]
-Regularizer = Callable[[Learner], Tensor]  # a scalar; one per stream for a learner of stacked streams
+Regularizer = Callable[[Learner], Tensor]  # a per-stream value (``learner.layout.weight_sum``)
 Closure = Callable[..., Evaluation]
 
 
@@ -134,9 +143,10 @@ class Step(Protocol):
 
 
 class Recovery(Protocol):
-    """Decides from a step's evaluations whether the model must be reset to its source state."""
+    """Decides from a step's evaluations which streams must be reset to their source state: per-stream
+    flags (a 0-d boolean tensor for one stream, ``[B]`` for B)."""
 
-    def __call__(self, evaluations: list[Evaluation]) -> bool: ...
+    def __call__(self, evaluations: list[Evaluation]) -> Tensor: ...
 
 
 def plain_step(learner: Learner, closure: Closure) -> list[Evaluation]:

@@ -90,16 +90,10 @@ class FisherPenalty:
                 "the Fisher regularizer was not prepared; build the adapter with clean_data="
             )
         terms = [
-            _sum_per_stream(self.fisher[n] * (p - self.anchor[n]).pow(2), learner.streams)
+            learner.layout.weight_sum(self.fisher[n] * (p - self.anchor[n]).pow(2))
             for n, p in learner.params.items()
         ]
         return self.weight * torch.stack(terms).sum(0)
-
-
-def _sum_per_stream(values: Tensor, streams: int) -> Tensor:
-    """The sum of ``values``, one per stream when the learner stacks several (the anchor and F, which the
-    streams share, broadcast over the stacked parameters' stream dimension)."""
-    return values.sum() if streams == 1 else values.flatten(1).sum(1)
 
 
 def fisher(weight: float = 2000.0) -> FisherPenalty:  # methods.md: EATA β = 2000

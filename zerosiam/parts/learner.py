@@ -16,21 +16,28 @@ import torch
 from torch import Tensor, nn
 
 from zerosiam.parts.contract import Closure, Evaluation, Recovery, Step
+from zerosiam.parts.layout import ONE_STREAM, Layout
 
 
 class GradientLearner(ABC):
     """``backward``, ``descend``, ``skip`` and one adaptation step, over ``self.optimizer``.
 
-    A subclass sets ``model``, ``params`` and ``optimizer`` and says how to ``restore_source``.
+    A subclass sets ``model``, ``params`` and ``optimizer`` and says how to ``restore_source``; one that
+    keeps a record of its steps says how to ``forget`` it.
     """
 
     model: nn.Module
     params: dict[str, nn.Parameter]
     optimizer: torch.optim.Optimizer
     recipe: Any  # what it runs: the parts, the step, the recovery (``zerosiam.methods.recipe.Recipe``)
-    streams: int = 1  # independent streams stacked in each batch (``zerosiam.parts.streams``)
+    layout: Layout = ONE_STREAM  # one stream, or B stacked in each batch (``zerosiam.parts.layout``)
     _skipped: str | None = None
     _held: tuple[tuple[str, Tensor], ...] = ()  # this step's streams held back, and why (``hold``)
+
+    @property
+    def streams(self) -> int:
+        """How many independent streams each batch stacks."""
+        return self.layout.count
 
     def prepare_parts(self, extras: dict[str, Any]) -> None:
         """Let parts that need more than the test stream (EATA's Fisher needs clean data) set themselves
@@ -80,9 +87,12 @@ class GradientLearner(ABC):
             self._skipped = reason
 
     def hold(self, reason: str, streams: Tensor) -> None:
-        """Stacked streams: the marked ``streams`` stay where they were in this step, for ``reason``
-        (a stream running alone would have skipped it); the others step."""
-        self._held += ((reason, streams),)
+        """The marked ``streams`` (per-stream flags) stay where they were in this step, for ``reason``:
+        for one stream the step is skipped; stacked, the others step and the held ones are put back."""
+        if self.layout.skips(streams):
+            self.skip(reason)
+        else:
+            self._held += ((reason, streams),)
 
     @property
     def skipped(self) -> str | None:
@@ -91,20 +101,38 @@ class GradientLearner(ABC):
 
     def take_step(
         self, step: Step, recover: Recovery | None, closure: Closure
-    ) -> tuple[list[Evaluation], bool]:
-        """One adaptation step by ``step`` on ``closure``; then, if ``recover`` says the model has
-        collapsed, back to the source weights. Returns the step's evaluations and whether it recovered."""
+    ) -> tuple[list[Evaluation], Tensor | None]:
+        """One adaptation step by ``step`` on ``closure``, each stream as if it ran alone: a stream whose
+        last evaluation kept no sample does not move (nor does its momentum). Then the streams that
+        ``recover`` flags as collapsed go back to their source weights. Returns the step's evaluations
+        and the recovery's per-stream flags (None without a recovery rule)."""
         self._skipped, self._held = None, ()
+        held = self.layout.hold_rows(self.optimizer) if self.recipe.select else None
         with torch.enable_grad():
             evaluations = step(self, closure)
-        recovered = bool(recover is not None and recover(evaluations))
-        if recovered:
-            self.restore_source()
-        return evaluations, recovered
+        if held is not None:
+            held.put_back(~self.layout.kept(evaluations[-1].mask))
+        if recover is None:
+            return evaluations, None
+        collapsed = recover(evaluations)
+        if collapsed.any():  # the flags are on the host already; most steps restore nothing
+            self.restore_source(collapsed)
+        return evaluations, collapsed
 
     @abstractmethod
-    def restore_source(self) -> None:
-        """Put the adapted weights (and the optimizer) back to where adaptation started."""
+    def restore_source(self, streams: Tensor | None = None) -> None:
+        """Put the adapted weights (and the optimizer) back to where adaptation started: every stream,
+        or those flagged in ``streams``."""
+
+    def reset(self) -> None:
+        """Back to the source model exactly: weights, optimizer, every rule's state and the record."""
+        self.restore_source()
+        for part in self.stateful_parts().values():
+            part.reset()
+        self.forget()
+
+    def forget(self) -> None:  # noqa: B027 (an optional hook: most learners keep no record)
+        """Clear the learner's record of its steps (a learner that keeps none has nothing to clear)."""
 
 
 def keyword_options(function: Any) -> set[str]:

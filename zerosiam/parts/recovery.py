@@ -2,7 +2,8 @@
 
 SAR watches the loss of its reliable samples: entropy minimization that has collapsed to confident
 nonsense drives that loss towards zero, so a moving average below a floor is read as collapse and the
-learner is reset (the ``Recovery`` of the recipe; the learner restores its weights when it returns True).
+learner is reset (the ``Recovery`` of the recipe: it returns per-stream flags, and the learner restores
+the flagged streams' weights).
 """
 
 from __future__ import annotations
@@ -28,33 +29,24 @@ class EmaBelow:
     def __init__(self, floor: float = 0.2, momentum: float = 0.9) -> None:  # methods.md: SAR code
         self.floor = floor
         self.momentum = momentum
-        self.ema: float | list[float | None] | None = None  # one per stream for stacked streams
+        self.ema: float | list[float | None] | None = None  # a list of one per stream when stacked
 
-    def __call__(self, evaluations: list[Evaluation]) -> bool | Tensor:
-        last = evaluations[-1]
-        objective = last.terms.get("objective", math.nan)
-        if torch.is_tensor(objective) and objective.ndim == 1:  # stacked streams: one per stream
-            return self._per_stream(objective)
-        value = float(objective)
-        if last.selected and math.isfinite(value):
-            self.ema = self._follow(self.ema, value)
-        if self.ema is not None and self.ema < self.floor:
-            self.ema = None
-            return True
-        return False
+    def __call__(self, evaluations: list[Evaluation]) -> Tensor:
+        """Per-stream flags of the streams to reset (the objective is a per-stream value: a stream that
+        kept no sample has a NaN one and leaves its average unchanged)."""
+        objective = evaluations[-1].terms.get("objective")
+        if objective is None:  # a recipe whose evaluation reports no objective never collapses by it
+            return torch.tensor(False)
+        values = objective.reshape(-1).tolist()
+        emas = self.ema if isinstance(self.ema, list) else [self.ema] * len(values)
+        emas = [e if not math.isfinite(v) else self._follow(e, v) for e, v in zip(emas, values, strict=True)]
+        collapsed = [e is not None and e < self.floor for e in emas]
+        emas = [None if c else e for e, c in zip(emas, collapsed, strict=True)]
+        self.ema = emas if objective.ndim else emas[0]
+        return torch.tensor(collapsed, device=objective.device).view(objective.shape)
 
     def _follow(self, ema: float | None, value: float) -> float:
         return value if ema is None else self.momentum * ema + (1 - self.momentum) * value
-
-    def _per_stream(self, objective: Tensor) -> Tensor:
-        """Stacked streams: one average per stream (a stream that kept nothing has a NaN objective and
-        leaves its own unchanged); the flags of the streams to reset."""
-        values = objective.tolist()
-        emas = self.ema if isinstance(self.ema, list) else [None] * len(values)
-        emas = [e if not math.isfinite(v) else self._follow(e, v) for e, v in zip(emas, values, strict=True)]
-        collapsed = [e is not None and e < self.floor for e in emas]
-        self.ema = [None if c else e for e, c in zip(emas, collapsed, strict=True)]
-        return torch.tensor(collapsed, device=objective.device)
 
     def reset(self) -> None:
         self.ema = None

@@ -18,10 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from zerosiam.parts.contract import Closure, Evaluation, Learner
-from zerosiam.parts.streams import by_stream
+from zerosiam.parts.layout import ONE_STREAM, Layout
 
 
-def ascend(params: list[nn.Parameter], rho: float, streams: int = 1) -> list[Tensor]:
+def ascend(params: list[nn.Parameter], rho: float, layout: Layout = ONE_STREAM) -> list[Tensor]:
     """Move every parameter by e = ρ·g/‖g‖ (global L2 norm of all gradients) and return the moves.
 
     Parameters without a gradient do not move. The 1e-12 keeps a zero gradient from dividing by zero
@@ -31,17 +31,11 @@ def ascend(params: list[nn.Parameter], rho: float, streams: int = 1) -> list[Ten
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return [torch.zeros_like(p) for p in params]
-    if streams == 1:
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    else:
-        per_stream = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads]
-        norm = torch.linalg.vector_norm(torch.stack(per_stream), dim=0)
-    scale = rho / (norm + 1e-12)
+    scale = rho / (layout.gradient_norm(grads) + 1e-12)
     moves = []
     with torch.no_grad():
         for p in params:
-            factor = scale if streams == 1 else scale.view(-1, *[1] * (p.ndim - 1))
-            move = p.grad * factor if p.grad is not None else torch.zeros_like(p)
+            move = p.grad * layout.per_row(scale, p) if p.grad is not None else torch.zeros_like(p)
             p.add_(move)
             moves.append(move)
     return moves
@@ -63,8 +57,8 @@ class SAM:
 
     Nothing moves when the first pass selects no sample or its gradient is not finite, and the
     optimizer does not step when the second pass selects none (SAR's code would still apply its
-    momentum there; skipping keeps "no reliable sample, no update" true for every recipe). With stacked
-    streams the learner holds back, stream by stream, those whose second pass kept nothing.
+    momentum there; skipping keeps "no reliable sample, no update" true for every recipe). Stream by
+    stream, the learner holds back those whose second pass kept nothing (for one stream: the step).
     """
 
     rho: float = 0.05  # methods.md: SAR code, ρ = 0.05
@@ -76,7 +70,8 @@ class SAM:
         if not learner.backward(first.loss):
             return [first]
         params = learner.trainable
-        moves = ascend(params, self.rho, learner.streams)
+        layout = learner.layout
+        moves = ascend(params, self.rho, layout)
         try:
             second = closure(restrict=first.mask)
             ready = second.selected > 0 and learner.backward(second.loss)
@@ -84,12 +79,7 @@ class SAM:
             descend_back(params, moves)
         if ready:
             learner.optimizer.step()
-        if learner.streams > 1:  # the learner puts back the streams whose second pass kept none
-            streams = learner.streams
-            held = by_stream(first.mask, streams).any(1) & ~by_stream(second.mask, streams).any(1)
-            learner.hold(NONE_AT_THE_PERTURBED_WEIGHTS, held)
-        elif not ready:
-            learner.skip(NONE_AT_THE_PERTURBED_WEIGHTS)
+        learner.hold(NONE_AT_THE_PERTURBED_WEIGHTS, layout.kept(first.mask) & ~layout.kept(second.mask))
         learner.optimizer.zero_grad(set_to_none=True)
         return [first, second]
 

@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zerosiam.parts.losses import OBJECTIVES, PerSample, resolve
-from zerosiam.parts.streams import by_stream
 
 if TYPE_CHECKING:
     from zerosiam.parts.contract import Batch
@@ -110,34 +109,14 @@ class NotRedundant:
             return torch.ones(batch.logits.shape[0], dtype=torch.bool, device=batch.logits.device)
         probabilities = batch.logits.detach().softmax(-1)
         epsilon = self.epsilon if self.epsilon is not None else redundancy_epsilon(probabilities.shape[-1])
-        if batch.streams > 1:  # each stream against its own mean; a stream with none yet keeps all
-            streams = by_stream(probabilities, batch.streams)
-            cosine = F.cosine_similarity(streams, self.mean.unsqueeze(1), dim=-1)
-            return (self.mean.isnan().any(-1, keepdim=True) | (cosine.abs() < epsilon)).flatten()
-        cosine = F.cosine_similarity(probabilities, self.mean.unsqueeze(0), dim=-1)
-        return cosine.abs() < epsilon
+        # each stream against its own mean (one row per stream when stacked); a stream with none yet
+        # (a NaN row) keeps all
+        cosine = F.cosine_similarity(batch.layout.rows(probabilities), self.mean.unsqueeze(-2), dim=-1)
+        return (self.mean.isnan().any(-1, keepdim=True) | (cosine.abs() < epsilon)).flatten()
 
     def observe(self, batch: Batch, mask: Tensor) -> None:
-        if batch.streams > 1:
-            self._observe_streams(batch, mask)
-            return
-        if not mask.any():
-            return
-        current = batch.logits.detach()[mask].softmax(-1).mean(0)
-        if self.mean is None:
-            self.mean = current
-        else:
-            self.mean = self.momentum * self.mean + (1 - self.momentum) * current
-
-    def _observe_streams(self, batch: Batch, mask: Tensor) -> None:
-        """Stacked streams: one mean per stream, a NaN row until the stream first keeps a sample."""
-        probabilities = by_stream(batch.logits.detach().softmax(-1), batch.streams)
-        kept = by_stream(mask, batch.streams).unsqueeze(-1)
-        count = kept.sum(1)
-        current = torch.where(kept, probabilities, 0.0).sum(1) / count  # NaN where nothing was kept
-        mean = self.mean if self.mean is not None else torch.full_like(current, math.nan)
-        followed = torch.where(mean.isnan(), current, self.momentum * mean + (1 - self.momentum) * current)
-        self.mean = torch.where(count > 0, followed, mean)
+        probabilities = batch.logits.detach().softmax(-1)
+        self.mean = batch.layout.follow_kept(self.mean, probabilities, mask, self.momentum)
 
     def reset(self) -> None:
         self.mean = None
@@ -192,8 +171,7 @@ def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tens
     kept = batch.kept if batch.kept is not None else torch.ones_like(batch.entropy, dtype=torch.bool)
     difference = torch.full_like(batch.entropy, float("nan"))
     if kept.any():
-        # stacked streams: the model takes every stream's rows, so the view is made of all of them
-        seen = kept if batch.streams == 1 else torch.ones_like(kept)
+        seen = batch.layout.forwarded(kept)
         probabilities = batch.target.detach()[seen].softmax(-1)
         label = probabilities.argmax(-1, keepdim=True)
         chosen = permutation[seen] if permutation is not None else None

@@ -146,7 +146,7 @@ def stack_predictor(predictor: nn.Module, streams: int) -> nn.Module:
 
 def put_rows(target: Tensor, source: Tensor | float, streams: Tensor) -> None:
     """Overwrite the rows of ``target`` (stream-first) of the streams marked in ``streams`` by ``source``."""
-    rows = streams.view(-1, *[1] * (target.ndim - 1))
+    rows = streams.to(target.device).view(-1, *[1] * (target.ndim - 1))
     with torch.no_grad():
         target.copy_(torch.where(rows, source, target))
 
