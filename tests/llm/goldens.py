@@ -5,7 +5,8 @@ change nothing: ``tests/llm/test_goldens.py`` recomputes these numbers and compa
 ``tests/llm/goldens_tiny_llama.json``. The model is the tests' tiny random Llama (hidden 32, vocab 97),
 with a wide initialisation so that its predictions are peaked; rates are large enough that every update
 changes what the model generates next. The JSON was written by this script at commit ee6972c, before
-the move (where each case's thresholds were ``LMConfig`` fields); regenerate it only on purpose:
+the move (where each case's thresholds were ``LMConfig`` fields, ``LMSettings`` now; its cases' records
+still spell η_h ``lr_predictor``, ``predictor_lr`` now); regenerate it only on purpose:
 
     python -m tests.llm.goldens --out tests/llm/goldens_tiny_llama.json
 """
@@ -29,7 +30,7 @@ CASES = [
     ("noadapt", "noadapt", {}),
     ("tent", "tent", {}),
     ("zerosiam", "zerosiam", {}),
-    ("zerosiam_lr_h", "zerosiam", {"lr_predictor": 2e-2}),
+    ("zerosiam_lr_h", "zerosiam", {"predictor_lr": 2e-2}),
     ("sar", "sar", {"e0": 3.4}),
     ("sar_recovery", "sar", {"e0": 5.0, "sar_reset_below": 3.3}),
     ("eata", "eata", {"e0": 3.4}),
@@ -81,10 +82,10 @@ def recipe_for(method: str, e0: float | None = None, sar_reset_below: float | No
 
 
 def make_adapter(model: torch.nn.Module, method: str, config: dict):
-    from zerosiam.llm.adapter import LMAdapter, LMConfig
+    from zerosiam.llm.adapter import LMAdapter, LMSettings
 
     thresholds = {key: config.pop(key) for key in ("e0", "sar_reset_below", "tlm_log_p0") if key in config}
-    return LMAdapter(model, recipe_for(method, **thresholds), LMConfig(**config))
+    return LMAdapter(model, recipe_for(method, **thresholds), LMSettings(**config))
 
 
 def run_case(base: torch.nn.Module, method: str, config: dict) -> dict:

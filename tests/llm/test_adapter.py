@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from tests.llm.goldens import VOCAB, tiny_llama  # noqa: E402
-from zerosiam.llm.adapter import LMAdapter, LMConfig  # noqa: E402
+from zerosiam.llm.adapter import LMAdapter, LMSettings  # noqa: E402
 from zerosiam.llm.loop import run_online, summarise  # noqa: E402
 from zerosiam.llm.math_data import MathProblem  # noqa: E402
 from zerosiam.methods import get_recipe  # noqa: E402
@@ -53,7 +53,7 @@ def loose(method: str, e0: float = 100.0):
 def adapter_for(base, method, **config) -> LMAdapter:
     torch.manual_seed(0)
     config.setdefault("max_new_tokens", 10)
-    return LMAdapter(copy.deepcopy(base), method, LMConfig(**config))
+    return LMAdapter(copy.deepcopy(base), method, LMSettings(**config))
 
 
 # --------------------------------------------------------------------------------------- the branches
@@ -61,7 +61,7 @@ def test_predictor_starts_as_identity_and_branches_agree(base):
     adapter = adapter_for(base, "zerosiam")
     weight = adapter.net.predictor.weight
     assert weight.shape == (32, 32) and torch.equal(weight, torch.eye(32))
-    assert adapter.predictor_distance() == 0.0
+    assert adapter.predictor_drift() == 0.0
     branches = adapter.net.branches(prompt(), keep=5)
     assert branches.target.shape == (1, 5, VOCAB) and branches.hidden.shape == (1, 5, 32)
     torch.testing.assert_close(branches.online, branches.target, rtol=0, atol=1e-6)
@@ -83,18 +83,18 @@ def test_only_lora_and_predictor_change(base):
         assert record.updated
     changed = {n for n, p in adapter.net.named_parameters() if not torch.equal(p, before[n])}
     assert changed == names
-    assert adapter.predictor_distance() > 0
+    assert adapter.predictor_drift() > 0
 
 
 def test_answers_come_from_the_target_branch(base):
     ids = prompt()
     with torch.no_grad():
         expected = base.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False)
-    adapter = adapter_for(base, "zerosiam", lr=0.0, lr_predictor=0.5)
+    adapter = adapter_for(base, "zerosiam", lr=0.0, predictor_lr=0.5)
     first = adapter.answer(ids)
     assert torch.equal(first, expected[0, ids.shape[1] :])
     adapter.adapt(ids, first)  # moves only h (η_f = 0) ...
-    assert adapter.predictor_distance() > 0.1
+    assert adapter.predictor_drift() > 0.1
     assert torch.equal(adapter.answer(ids), first)  # ... and h is not on the generation path
 
 
@@ -290,9 +290,9 @@ def test_bad_input_is_a_clear_error(base):
     with pytest.raises(ValueError, match="unknown method 'tentt' for text"):
         get_recipe("tentt", "text")
     with pytest.raises(ValueError, match="k must be positive"):
-        LMConfig(k=0)
+        LMSettings(k=0)
     with pytest.raises(ValueError, match="not in the model"):
-        LMAdapter(copy.deepcopy(base), "tent", LMConfig(lora_targets=("query",)))
+        LMAdapter(copy.deepcopy(base), "tent", LMSettings(lora_targets=("query",)))
     adapter = adapter_for(base, "tent")
     with pytest.raises(ValueError, match="one prompt"):
         adapter.answer(torch.zeros(2, 3, dtype=torch.long))

@@ -3,7 +3,9 @@
 The language harness shares the vision harness's run identity (``run_id_for`` of the spec), its
 environment record and its result store; its rows are of kind ``llm``. Every run starts from a copy of
 the same pristine model, so runs are independent of their order, and a run that is already stored is
-skipped, so an interrupted grid resumes where it stopped.
+skipped, so an interrupted grid resumes where it stopped. Rows are written with the names the image
+runs use (``predictor_lr``, ``predictor_drift``); rows stored before the rename keep theirs, and
+``language_table.current_names`` reads both alike.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from tqdm import tqdm
 
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
+from zerosiam.bench.language_table import STORED_SPEC_NAMES
 from zerosiam.bench.store import Failure, ResultStore, run_id_for, signals_deferred
-from zerosiam.llm.adapter import LMAdapter, LMConfig
+from zerosiam.llm.adapter import LMAdapter, LMSettings
+from zerosiam.llm.deprecated import renamed_fields, warn_renamed
 from zerosiam.llm.loop import run_online, summarise
 from zerosiam.llm.math_data import get_dataset, load_problems
 from zerosiam.llm.model import DEFAULT_LORA_TARGETS, load_causal_lm
@@ -31,12 +35,13 @@ KIND = "llm"
 PACKAGES = ("transformers", "peft")  # recorded in the environment of language rows
 
 
+@renamed_fields(lr_predictor="predictor_lr")
 @dataclass(frozen=True)
 class LanguageRunSpec:
     """Everything that determines a language run's numbers, and hence its identity in the store.
 
-    ``lr`` defaults to the paper's rate for the dataset (``math_data.DATASETS``); ``lr_predictor`` to
-    ``lr``, as in the paper.
+    ``lr`` defaults to the paper's rate for the dataset (``methods.hparams.LANGUAGE_RATES``);
+    ``predictor_lr`` to ``lr``, as in the paper.
     """
 
     model: str
@@ -46,7 +51,7 @@ class LanguageRunSpec:
     seed: int = 0
     max_new_tokens: int = 256
     lr: float | None = None
-    lr_predictor: float | None = None
+    predictor_lr: float | None = None
     k: int = 8
     lora_rank: int = 8
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -56,7 +61,7 @@ class LanguageRunSpec:
         get_recipe(self.method, "text")
         if self.lr is None:
             object.__setattr__(self, "lr", get_dataset(self.dataset).learning_rate)
-        self.config()  # checks k, max_new_tokens and the rates
+        self.settings()  # checks k, max_new_tokens and the rates
 
     def as_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -65,17 +70,26 @@ class LanguageRunSpec:
 
     @property
     def run_id(self) -> str:
-        return run_id_for(self.as_dict())
+        """The sha256 of the spec, with each field under the name it had when the first rows were stored
+        (``lr_predictor`` for ``predictor_lr``): a rename keeps every stored run's id, so a store written
+        before it resumes instead of running its runs again."""
+        identity = {STORED_SPEC_NAMES.get(key, key): value for key, value in self.as_dict().items()}
+        return run_id_for(identity)
 
-    def config(self) -> LMConfig:
-        return LMConfig(
+    def settings(self) -> LMSettings:
+        return LMSettings(
             lr=self.lr,
-            lr_predictor=self.lr_predictor,
+            predictor_lr=self.predictor_lr,
             k=self.k,
             lora_rank=self.lora_rank,
             lora_targets=tuple(self.lora_targets),
             max_new_tokens=self.max_new_tokens,
         )
+
+    def config(self) -> LMSettings:
+        """Deprecated: ``settings()``."""
+        warn_renamed("LanguageRunSpec.config()", "LanguageRunSpec.settings()")
+        return self.settings()
 
 
 def execute_run(
@@ -84,7 +98,7 @@ def execute_run(
     """One (dataset, method) run from a copy of the pristine model; returns (metrics, curves)."""
     problems = load_problems(spec.dataset, limit=spec.limit, seed=spec.seed, mirror=mirror)
     torch.manual_seed(spec.seed)
-    adapter = LMAdapter(copy.deepcopy(base), spec.method, spec.config())
+    adapter = LMAdapter(copy.deepcopy(base), spec.method, spec.settings())
     label = f"{spec.method}/{spec.dataset}"
     with tqdm(total=len(problems), desc=label, disable=not progress, file=sys.stderr) as bar:
         records = run_online(adapter, tokenizer, problems, progress=bar)

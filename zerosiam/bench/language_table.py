@@ -4,18 +4,37 @@ Rows come from ``ResultStore.rows(kind="llm")`` (spec + metrics). A cell is the 
 that share (method, dataset) — several seeds, say — with their count when more than one, so a reader
 never mistakes a one-seed number for an average. Methods keep the paper's order (NoAdapt first,
 ZeroSiam last, as every report: ``bench.names``); datasets keep the order given or the paper's.
+Rows stored before the language runs took the image runs' names are read under the new names.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
 
 DATASET_ORDER = ("math500", "collegemath", "aime24", "minerva", "gsm8k")
+# Keys of language rows renamed to the image runs' names (old → new). Stored rows keep the names they
+# were written with; ``current_names`` reads every row under the new ones.
+RENAMED = {
+    "lr_predictor": "predictor_lr",  # spec: η_h
+    "final_predictor_distance": "final_predictor_drift",  # metrics: ‖θ_h − I‖_F after the last question
+    "predictor_distance": "predictor_drift",  # curves: ‖θ_h − I‖_F after each question
+}
+# Spec fields under their first names in a run's identity, so that stored runs keep their ids
+STORED_SPEC_NAMES = {"predictor_lr": "lr_predictor"}
+
+
+def current_names(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored language row with the keys of its spec, metrics and curves under today's names."""
+    renamed = dict(row)
+    for part in ("spec", "metrics", "curves"):
+        if isinstance(row.get(part), Mapping):
+            renamed[part] = {RENAMED.get(key, key): value for key, value in row[part].items()}
+    return renamed
 
 
 def _ordered(present: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -26,7 +45,7 @@ def _ordered(present: Iterable[str], order: Sequence[str]) -> list[str]:
 def collect(rows: Iterable[dict[str, Any]], metric: str) -> dict[tuple[str, str], list[float]]:
     """Values of ``metric`` grouped by (method, dataset)."""
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for row in rows:
+    for row in map(current_names, rows):
         spec, metrics = row["spec"], row["metrics"]
         if metric not in metrics:
             raise KeyError(f"run {row.get('run_id')} has no metric {metric!r}")

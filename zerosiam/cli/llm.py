@@ -5,7 +5,8 @@
 
 Each (dataset, method) is one run, keyed in the result store by the hash of its spec: a run that is
 already stored is skipped, so an interrupted command resumes where it stopped. Every run starts from
-the same pristine model. The learning rate defaults to the paper's per-dataset rate.
+the same pristine model. The learning rate defaults to the paper's per-dataset rate. The old spelling
+of ``--predictor-lr``, ``--lr-predictor``, still works for one release, with a notice.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from zerosiam.cli._args import csv_list, device_name, positive_int
 from zerosiam.cli._errors import (
+    PROGRAM,
     Interrupted,
     UsageError,
     interruptible,
@@ -39,7 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="subset draw and LoRA initialisation")
     parser.add_argument("--max-new-tokens", type=positive_int, default=256)
     parser.add_argument("--lr", type=float, help="η_f (and η_h); default: the paper's rate for the dataset")
-    parser.add_argument("--lr-predictor", type=float, help="η_h when it should differ from --lr")
+    parser.add_argument("--predictor-lr", type=float, help="η_h when it should differ from --lr")
+    parser.add_argument(
+        "--lr-predictor", dest="predictor_lr", type=float, action=_OldSpelling, help=argparse.SUPPRESS
+    )
     parser.add_argument("--k", type=positive_int, default=8, help="adapt on the first k generated tokens")
     parser.add_argument("--lora-rank", type=positive_int, default=8)
     parser.add_argument("--lora-targets", type=csv_list, default=["q_proj", "v_proj"])
@@ -49,6 +54,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--db", type=Path, default=Path("runs/llm.db"))
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=main)
+
+
+class _OldSpelling(argparse.Action):
+    """An option's old spelling: sets the new option's value, with a one-line deprecation notice."""
+
+    NEW = {"--lr-predictor": "--predictor-lr"}
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        new = self.NEW[str(option_string)]
+        print(f"{PROGRAM}: warning: {option_string} is deprecated; use {new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -97,7 +119,7 @@ def _spec_values(args: argparse.Namespace) -> list[dict]:
             seed=args.seed,
             max_new_tokens=args.max_new_tokens,
             lr=args.lr,
-            lr_predictor=args.lr_predictor,
+            predictor_lr=args.predictor_lr,
             k=args.k,
             lora_rank=args.lora_rank,
             lora_targets=tuple(args.lora_targets),

@@ -3,7 +3,8 @@
 The answer to question t is produced before the update on question t (as in every TTA method here:
 the prediction comes from the weights that have seen questions 1 … t−1 only). Each question's record
 holds the extracted answer, correctness, timings and the step's diagnostics; ``summarise`` turns them
-into the run's metrics and curves for the result store.
+into the run's metrics and curves for the result store, named as the image runs name theirs
+(``predictor_drift``; ``zerosiam.bench.language_table.current_names`` reads rows stored before).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from zerosiam.llm.adapter import LMAdapter
+from zerosiam.llm.adapter import LMAdapter, StepRecord
 from zerosiam.llm.answers import score
 from zerosiam.llm.math_data import MathProblem
 
@@ -47,9 +48,10 @@ def stop_tokens(tokenizer: Any) -> list[int] | None:
     return sorted(ids) or None
 
 
-@dataclass
-class QuestionRecord:
-    """What happened on one question."""
+@dataclass(kw_only=True)
+class QuestionRecord(StepRecord):
+    """What happened on one question: the answer, its score and timings, and the update's diagnostics
+    (the ``StepRecord`` that ``LMAdapter.adapt`` returned)."""
 
     id: str
     reference: str
@@ -58,12 +60,12 @@ class QuestionRecord:
     new_tokens: int
     generate_s: float
     adapt_s: float
-    loss: float
-    entropy: float
-    divergence: float
-    predictor_distance: float
-    updated: bool
     text: str  # the generated answer, kept so that runs can be compared token by token
+
+    @classmethod
+    def of(cls, step: StepRecord, **answer: Any) -> QuestionRecord:
+        """The record of a question whose update gave ``step``."""
+        return cls(**{f.name: getattr(step, f.name) for f in fields(StepRecord)}, **answer)
 
 
 def answer_and_adapt(adapter: LMAdapter, tokenizer: Any, problem: MathProblem) -> tuple[QuestionRecord, str]:
@@ -77,7 +79,8 @@ def answer_and_adapt(adapter: LMAdapter, tokenizer: Any, problem: MathProblem) -
     start = time.perf_counter()
     step = adapter.adapt(ids, generated)
     adapt_s = time.perf_counter() - start
-    record = QuestionRecord(
+    record = QuestionRecord.of(
+        step,
         id=problem.id,
         reference=problem.reference,
         prediction=prediction,
@@ -85,11 +88,6 @@ def answer_and_adapt(adapter: LMAdapter, tokenizer: Any, problem: MathProblem) -
         new_tokens=int(generated.numel()),
         generate_s=generate_s,
         adapt_s=adapt_s,
-        loss=step.loss,
-        entropy=step.entropy,
-        divergence=step.divergence,
-        predictor_distance=step.predictor_distance,
-        updated=step.updated,
         text=text,
     )
     return record, text
@@ -116,7 +114,7 @@ def _mean(values: Sequence[float]) -> float:
 
 def summarise(records: Sequence[QuestionRecord]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """(metrics, curves) of a run: accuracy, throughput, time per question, mean diagnostics;
-    the curves keep every per-question value in order."""
+    the curves keep every per-question value in order (all but the step's ``stats``, the loss's terms)."""
     if not records:
         raise ValueError("no questions were run")
     tokens = sum(r.new_tokens for r in records)
@@ -132,7 +130,8 @@ def summarise(records: Sequence[QuestionRecord]) -> tuple[dict[str, Any], dict[s
         "updates": sum(r.updated for r in records),
         "mean_entropy": _mean([r.entropy for r in records]),
         "mean_divergence": _mean([r.divergence for r in records]),
-        "final_predictor_distance": records[-1].predictor_distance,
+        "final_predictor_drift": records[-1].predictor_drift,
     }
-    curves = {key: [asdict(r)[key] for r in records] for key in asdict(records[0])}
+    rows = [asdict(r) for r in records]
+    curves = {key: [row[key] for row in rows] for key in rows[0] if key != "stats"}
     return metrics, curves

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosiam.llm.answers import reference_from_solution
+from zerosiam.methods.hparams import LANGUAGE_RATES
 
 COLLEGE_MATH_SAMPLE = 1200  # paper: CollegeMath sampled to 1,200 questions
 COLLEGE_MATH_SEED = 0
@@ -39,7 +40,11 @@ class MathDataset:
     asset: str
     question_key: str
     reference: Callable[[dict[str, Any]], str]
-    learning_rate: float  # paper appendix (GSM8K: not in the paper, our choice)
+
+    @property
+    def learning_rate(self) -> float:
+        """The paper's η_f (and η_h) for this dataset, from ``zerosiam.methods.hparams.LANGUAGE_RATES``."""
+        return LANGUAGE_RATES[self.name].lr
 
 
 def _field(key: str) -> Callable[[dict[str, Any]], str]:
@@ -68,12 +73,11 @@ def _minerva_answer(row: dict[str, Any]) -> str:
 
 
 DATASETS: dict[str, MathDataset] = {
-    "math500": MathDataset("math500", "math-math500", "problem", _field("answer"), 7.5e-6),
-    "collegemath": MathDataset("collegemath", "math-college", "question", _college_answer, 5e-6),
-    "aime24": MathDataset("aime24", "math-aime24", "problem", _field("answer"), 1.25e-5),
-    "minerva": MathDataset("minerva", "math-minerva", "problem", _minerva_answer, 5e-6),
-    # GSM8K is not in the paper; it is easier than MATH-500, so we use MATH-500's rate.
-    "gsm8k": MathDataset("gsm8k", "math-gsm8k", "question", _gsm8k_answer, 7.5e-6),
+    "math500": MathDataset("math500", "math-math500", "problem", _field("answer")),
+    "collegemath": MathDataset("collegemath", "math-college", "question", _college_answer),
+    "aime24": MathDataset("aime24", "math-aime24", "problem", _field("answer")),
+    "minerva": MathDataset("minerva", "math-minerva", "problem", _minerva_answer),
+    "gsm8k": MathDataset("gsm8k", "math-gsm8k", "question", _gsm8k_answer),  # not in the paper
 }
 
 

@@ -2,7 +2,9 @@
 
 The numbers are the authors' at batch size 64 (the paper, appendix C.2, and each method's own paper);
 each row says where it comes from. Families are recognised from the model's classes, so a user's own timm
-or torchvision model gets the paper's setting when it has one, and a stated fallback otherwise.
+or torchvision model gets the paper's setting when it has one, and a stated fallback otherwise. The
+language models' rates, one per math dataset, are here too (``LANGUAGE_RATES``): every learning rate
+the paper gives lives in this one file.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Rates:
-    """Learning rates at batch size 64: η_f for the norm parameters, η_h for ZeroSiam's predictor."""
+    """Learning rates: η_f for what the model learns (norm parameters; LoRA on a language model), η_h
+    for ZeroSiam's predictor. Image rates are at batch size 64, language rates at one question."""
 
     lr: float
     predictor_lr: float = 0.0
@@ -46,6 +49,17 @@ ZEROSIAM_RATES = {
     "swin_tiny": Rates(5e-4, 2.5e-3),
     # Project choice: Tent's rate for η_f and the paper's usual η_h = 10·η_f.
     "batchnorm": Rates(1e-3, 1e-2),
+}
+
+# Language models (LoRA and ZeroSiam's predictor, one question at a time), per math dataset: paper
+# appendix, with η_h = η_f as in the paper. ``zerosiam.llm.math_data`` reads them: each dataset's default.
+LANGUAGE_RATES = {
+    "math500": Rates(7.5e-6, 7.5e-6),
+    "collegemath": Rates(5e-6, 5e-6),
+    "aime24": Rates(1.25e-5, 1.25e-5),
+    "minerva": Rates(5e-6, 5e-6),
+    # Project choice: GSM8K is not in the paper; it is easier than MATH-500, so MATH-500's rate.
+    "gsm8k": Rates(7.5e-6, 7.5e-6),
 }
 
 TABLES = {"tent": TENT_RATES, "zerosiam": ZEROSIAM_RATES}
