@@ -164,6 +164,24 @@ def test_a_grids_prelude_goes_to_every_run_and_is_checked():
             Grid(models=["resnet20"], methods=["tent"], corruptions=["fog"], prelude=bad).validate()
 
 
+def test_a_grids_guards_are_an_axis_and_an_unknown_one_is_refused_before_any_run():
+    grid = Grid.from_mapping(
+        {
+            "models": ["resnet20"],
+            "methods": ["tent", "zerosiam"],
+            "corruptions": ["fog"],
+            "guards": ["none", "auto"],
+        }
+    )
+    grid.validate()
+    assert sorted((s.method, s.guard) for s in grid.specs()) == [
+        ("tent", "auto"), ("tent", "none"), ("zerosiam", "auto"), ("zerosiam", "none")
+    ]  # fmt: skip
+    assert Grid(models=["resnet20"], methods=["tent"]).guards == ["none"]
+    with pytest.raises(ValueError, match="guard 'oracle'"):
+        Grid(models=["resnet20"], methods=["tent"], guards=["oracle"]).validate()
+
+
 def test_stacking_groups_batch1_runs_that_differ_only_in_corruption():
     grid = Grid(models=["resnet26_gn"], methods=["noadapt", "tent", "sar", "zerosiam"],
                 corruptions=["fog", "snow", "frost"], protocols=["bs1", "mild"])  # fmt: skip

@@ -21,6 +21,7 @@ from zerosiam.bench.spec import KIND, RunSpec, check_prelude
 from zerosiam.bench.tasks import Progress, tasks_of, throttled
 from zerosiam.corruptions.datasets import SEVERITIES
 from zerosiam.methods import get_recipe, options_of
+from zerosiam.parts.guards import GUARDS
 from zerosiam.parts.precision import PRECISIONS
 from zerosiam.protocols import MIXED, PROTOCOLS
 from zerosiam.zoo import MODELS, model_info
@@ -97,6 +98,7 @@ class Grid:
     rates: str = "paper"  # or "selected": each method's rates as `zerosiam select-lr` chose them
     stream: dict[str, list[Any]] = field(default_factory=dict)  # a protocol's parameters, swept
     prelude: dict[str, Any] = field(default_factory=dict)  # another method first (RunSpec.prelude)
+    guards: list[str] = field(default_factory=lambda: ["none"])  # what each method wears (parts.guards)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Grid:
@@ -143,6 +145,7 @@ class Grid:
                 raise GridError(str(error)) from None
         _choose("precision", [self.precision], PRECISIONS)
         _choose("rates", [self.rates], RATES)
+        _choose("guard", self.guards, GUARDS)
         for model in self.models:
             _check_model_options(model, self.model_options)
         try:
@@ -190,8 +193,9 @@ class Grid:
             self.seeds,
             self.methods,
             _points(self.sweep),
+            self.guards,
         )
-        for model, protocol, severity, stream, seed, method, point in itertools.product(*axes):
+        for model, protocol, severity, stream, seed, method, point, guard in itertools.product(*axes):
             accepted = options_of(method)
             hparams = {**self.hparams, **{key: value for key, value in point.items() if key in accepted}}
             for option in _ignored_rates(method):
@@ -212,6 +216,7 @@ class Grid:
                         model_options=self.model_options,
                         hparams=hparams,
                         prelude=self.prelude,
+                        guard=guard,
                         **stream,
                     )
                 )

@@ -76,6 +76,7 @@ CURVE_KEYS = (
     "objective",
     "divergence",
     "loss",
+    "guard",
 )
 
 
@@ -282,6 +283,7 @@ def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1)
             batch_size=batch_size,
             precision=spec.precision,
             streams=streams,
+            guard=spec.guard,
             **hparams,
             **extras,
         )
@@ -307,6 +309,7 @@ def _metrics(
         "steps": steps,
         "updates": sum(bool(row.get("updated")) for row in history),
         "recoveries": sum(bool(row.get("recovered")) for row in history),
+        "guard_triggers": sum(bool(row.get("guard")) for row in history),
         "peak_rss_mb": peak_mb(),
     }
     if device.type == "cuda":

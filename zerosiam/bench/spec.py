@@ -14,12 +14,14 @@ from typing import Any
 
 from zerosiam.bench.store import run_id_for
 from zerosiam.methods import get_recipe
+from zerosiam.parts.guards import guard_named
 from zerosiam.parts.precision import check_precision
 from zerosiam.protocols.build import MIXED, PROTOCOLS
 from zerosiam.zoo.trained import shipped_sha256
 
 KIND = "vision"  # the store's kind of a RunSpec's rows (language runs store their own)
-LATER_FIELDS = ("prelude",)  # RunSpec fields younger than the stores: not in a run's identity while empty
+# RunSpec fields younger than the stores, and their defaults: not in a run's identity while at them
+LATER_FIELDS = {"prelude": {}, "guard": "none"}
 
 
 def check_prelude(prelude: dict[str, Any]) -> None:
@@ -45,7 +47,8 @@ class RunSpec:
     ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
     ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
     stream's first ``steps`` batches before ``method`` takes the adapted model over (a ``Relay``); those
-    batches are scored apart, as ``prelude_accuracy``. The device is not here: it is where a run
+    batches are scored apart, as ``prelude_accuracy``. ``guard`` names the guard the method wears
+    (``zerosiam.parts.guards``: none, rdumb, sar, auto). The device is not here: it is where a run
     computes, not what it computes.
     """
 
@@ -66,9 +69,11 @@ class RunSpec:
     model_options: dict[str, Any] = field(default_factory=dict)
     hparams: dict[str, Any] = field(default_factory=dict)
     prelude: dict[str, Any] = field(default_factory=dict)
+    guard: str = "none"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        guard_named(self.guard)  # a ValueError naming the guards if it is unknown
         if self.prelude:
             check_prelude(self.prelude)
         if self.protocol not in PROTOCOLS:
@@ -86,10 +91,12 @@ class RunSpec:
         A zoo model trained by this project (``resnet26_gn``, ...) adds its shipped weights' sha256: the
         name stays when the weights are retrained, and a store written with the old ones must not be
         resumed as if it held results of the new ones. A field added after stores were written
-        (``LATER_FIELDS``) is left out while empty, so the runs stored before it keep their ids.
+        (``LATER_FIELDS``) is left out while at its default, so the runs stored before it keep their ids.
         """
         identity = {
-            key: value for key, value in self.as_dict().items() if not (key in LATER_FIELDS and not value)
+            key: value
+            for key, value in self.as_dict().items()
+            if not (key in LATER_FIELDS and value == LATER_FIELDS[key])
         }
         weights = shipped_sha256(self.model)
         if weights is not None:

@@ -97,6 +97,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--precision", help="the forward's precision: fp32 (default, as the paper), tf32, bf16, fp16"
     )
     parser.add_argument(
+        "--guard",
+        dest="guards",
+        type=csv_list,
+        help="the guard every method wears, or a comma list to compare: none (default), rdumb, sar, auto",
+    )
+    parser.add_argument(
         "--rates",
         help="paper (default: each method's published rates) or selected (the choice `zerosiam "
         "select-lr` recorded in --db for each model and method)",
@@ -169,6 +175,7 @@ def _flag_values(args: argparse.Namespace, grid: Grid) -> dict[str, Any]:
         "limit": args.limit,
         "precision": args.precision,
         "rates": args.rates,
+        "guards": args.guards,
     }
     values = {key: value for key, value in flags.items() if value is not None}
     values["hparams"] = {**grid.hparams, **_assignments(args.hparams, many=False)}

@@ -27,6 +27,7 @@ from zerosiam.methods.tent import tent
 from zerosiam.methods.tlm import tlm
 from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
 from zerosiam.parts.contract import MODALITIES, Modality
+from zerosiam.parts.guards import Guard, guard_named
 from zerosiam.parts.learner import keyword_options
 from zerosiam.parts.precision import check_precision
 
@@ -130,6 +131,7 @@ def adapt(
     diagnostics: bool = True,
     streams: int = 1,
     output: str | int | None = None,
+    guard: str | Guard | None = None,
     **overrides,
 ) -> OnlineModel:
     """Wrap ``model`` for online test-time adaptation by ``method`` (an ``Adapter``; for ``noadapt``,
@@ -146,6 +148,9 @@ def adapt(
     ``adapt(model, "zerosiam", predictor="mlp")``; keywords that a recipe's parts take in ``prepare`` go to
     them, e.g. ``adapt(model, "eata", clean_data=loader)``.
     ``diagnostics=False`` records only the step counts, not the per-step collapse indicators.
+    ``guard`` (``none``, ``rdumb``, ``sar``, ``auto``, or a guard object; ``zerosiam.parts.guards``)
+    watches after each step and puts back a stream that it finds collapsing; each step's ``guard``
+    diagnostic says whether it fired. NoAdapt has nothing to guard.
     ``streams=B`` adapts B independent streams in one forward, each batch holding ``batch_size`` samples
     of every stream, stream-major, each stream as if it ran alone (GroupNorm/LayerNorm models, linear
     predictors; ``zerosiam.parts.streams``).
@@ -158,6 +163,8 @@ def adapt(
     it holds; an output the rule cannot decide is a one-line error naming its fields.
     """
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
+    if guard is not None:
+        recipe = recipe.with_(guard=guard_named(guard) if isinstance(guard, str) else guard)
     if not (math.isfinite(lr_scale) and lr_scale > 0):
         raise ValueError(f"lr_scale must be a positive number, got {lr_scale}")
     rates = (

@@ -69,6 +69,7 @@ class Adapter(OnlineModel, GradientLearner):
             momentum=settings.momentum,
         )
         self.predictor: nn.Module | None = None
+        self._predictor_source: dict[str, Tensor] = {}
         if self._tap is not None and self._tap.head is not None:
             self._add_predictor(self._tap.feature_dim)
 
@@ -79,7 +80,10 @@ class Adapter(OnlineModel, GradientLearner):
             self.recipe.step, self.recipe.recover, functools.partial(self._evaluate, x)
         )
         prediction = evaluations[0].batch.target.detach()
-        self.log.add(prediction, self.predictor, self._step_record(evaluations, recovered))
+        record = self._step_record(evaluations, recovered)
+        if self.recipe.guard is not None:
+            record["guard"] = self.recipe.guard(self, x, prediction, evaluations)
+        self.log.add(prediction, self.predictor, record)
         return prediction
 
     def _check_input(self, x: Tensor) -> None:
@@ -138,7 +142,7 @@ class Adapter(OnlineModel, GradientLearner):
         head = self._tap.head
         predictor = self.layout.predictor(build_predictor(self.recipe.asymmetry.predictor, dim))
         self.predictor = predictor.to(device=head.weight.device, dtype=head.weight.dtype)
-        self._predictor_source = copy.deepcopy(self.predictor.state_dict())
+        self._predictor_source = {n: p.detach().clone() for n, p in self.predictor.named_parameters()}
         learned = [p for p in self.predictor.parameters() if p.requires_grad]
         if learned:
             self.optimizer.add_param_group(
@@ -149,13 +153,37 @@ class Adapter(OnlineModel, GradientLearner):
     def restore_source(self, streams: Tensor | None = None) -> None:
         """Source weights, identity predictor and no momentum, for every stream or for those flagged in
         ``streams``; the adapter's own record is kept."""
-        flags = streams if streams is not None else self.layout.all_streams()
+        source = {"params": self._source, "predictor": self._predictor_source}
+        self.roll_back(source, streams if streams is not None else self.layout.all_streams())
+
+    def snapshot(self) -> dict[str, dict[str, Tensor]]:
+        """A copy of the adapted weights (norm parameters and predictor), for a guard to roll back to."""
+        predictor = self.predictor.named_parameters() if self.predictor is not None else ()
+        return {
+            "params": {name: p.detach().clone() for name, p in self.params.items()},
+            "predictor": {name: p.detach().clone() for name, p in predictor},
+        }
+
+    def roll_back(self, snapshot: dict[str, dict[str, Tensor]], streams: Tensor) -> None:
+        """The flagged streams back to a ``snapshot``'s weights, with no momentum."""
+        self._put_weights(snapshot, streams)
+        zero_momentum_rows(self.optimizer, streams)
+
+    def source_prediction(self, x: Tensor) -> Tensor:
+        """What the source model predicts for ``x`` (the adapted weights are put back after)."""
+        adapted, every = self.snapshot(), self.layout.all_streams()
+        self._put_weights({"params": self._source, "predictor": {}}, every)
+        try:
+            with torch.no_grad():
+                return self._forward(x)
+        finally:
+            self._put_weights(adapted, every)
+
+    def _put_weights(self, weights: dict[str, dict[str, Tensor]], streams: Tensor) -> None:
         for name, param in self.params.items():
-            put_rows(param, self._source[name], flags)
-        if self.predictor is not None:
-            for name, param in self.predictor.named_parameters():
-                put_rows(param, self._predictor_source[name].to(param.device), flags)
-        zero_momentum_rows(self.optimizer, flags)
+            put_rows(param, weights["params"][name], streams)
+        for name, param in self.predictor.named_parameters() if weights["predictor"] else ():
+            put_rows(param, weights["predictor"][name].to(param.device), streams)
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states, and

@@ -101,7 +101,12 @@ class StepLog:
         self._read = len(self._rows)
 
 
-_AS_PYTHON = {"selected": int, "updated": bool, "recovered": bool}  # diagnostics that are not real numbers
+_AS_PYTHON = {
+    "selected": int,
+    "updated": bool,
+    "recovered": bool,
+    "guard": bool,
+}  # diagnostics that are not real numbers
 
 
 class OnlineModel:

@@ -2,8 +2,9 @@
 
 Which parameters move (``params``), what per-sample objective is minimized (``objective``), which
 samples count (``select``) and how much (``weight``), what regularizer applies (``regularizer``), how
-the optimizer steps (``step``), when the model is recovered (``recover``), and whether the prediction
-is split into ZeroSiam's asymmetric online/target pair (``asymmetry``). Tent, ZeroSiam and the
+the optimizer steps (``step``), when the model is recovered (``recover``), what guards it after each
+step (``guard``), and whether the prediction is split into ZeroSiam's asymmetric online/target pair
+(``asymmetry``). Tent, ZeroSiam and the
 baselines are short recipes; the paper's ablations and compositions are ``recipe.with_(...)``.
 """
 
@@ -30,6 +31,7 @@ from zerosiam.parts.contract import (
     Weighting,
     plain_step,
 )
+from zerosiam.parts.guards import Guard
 from zerosiam.parts.losses import DIVERGENCES, OBJECTIVES, PerSample, resolve
 from zerosiam.parts.norms import NormSelector
 
@@ -67,6 +69,7 @@ class Recipe:
     regularizer: Regularizer | None = None
     step: Step = plain_step
     recover: Recovery | None = None
+    guard: Guard | None = None  # watches after each step and may put streams back (parts.guards)
     params: NormSelector = NormSelector()
     asymmetry: Asymmetry | None = None
     lr_family: str = "tent"  # which learning-rate table of hparams.py applies
@@ -93,7 +96,11 @@ class Recipe:
         """The parts that may keep state or need preparing, by a stable key (used in checkpoints)."""
         candidates = {f"select{i}": rule for i, rule in enumerate(self.select)}
         candidates.update(
-            weight=self.weight, regularizer=self.regularizer, step=self.step, recover=self.recover
+            weight=self.weight,
+            regularizer=self.regularizer,
+            step=self.step,
+            recover=self.recover,
+            guard=self.guard,
         )
         return {key: part for key, part in candidates.items() if part is not None}
 

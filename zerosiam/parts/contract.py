@@ -57,6 +57,21 @@ class Learner(Protocol):
     def skipped(self) -> str | None: ...
 
 
+class GuardedLearner(Protocol):
+    """What a guard may use of the learner it watches: per-stream restores, snapshots of the adapted
+    weights, and the source model's prediction (``zerosiam.parts.guards``)."""
+
+    layout: Layout
+
+    def restore_source(self, streams: Tensor | None = None) -> None: ...
+
+    def snapshot(self) -> dict[str, dict[str, Tensor]]: ...
+
+    def roll_back(self, snapshot: dict[str, dict[str, Tensor]], streams: Tensor) -> None: ...
+
+    def source_prediction(self, x: Tensor) -> Tensor: ...
+
+
 @dataclass
 class Batch:
     """What selection rules, weights and objectives see of one forward.

@@ -1,0 +1,139 @@
+"""Guards: each fires when it should, puts back what it says, records it, and stacks as lone streams."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import zerosiam
+from tests.toys import norm_params, tiny
+from zerosiam.bench.runner import RunSpec
+from zerosiam.methods import Adapter, Frozen
+from zerosiam.parts.guards import GUARDS, OnRecovery, Periodic, SourceProbe, guard_named
+from zerosiam.parts.recovery import ema_below
+
+
+def _batches(steps: int, n: int = 8, streams: int = 1, seed: int = 0) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.rand(streams * n, 3, 8, 8, generator=generator) for _ in range(steps)]
+
+
+def _fired(adapter) -> list[int]:
+    return [row["step"] for row in adapter.history if row["guard"]]
+
+
+def test_rdumb_puts_the_source_back_every_n_steps_and_says_so():
+    model = tiny(scale=5.0)
+    source = norm_params(model)
+    adapter = zerosiam.adapt(model, "tent", lr=0.5, guard=Periodic(every=3))
+    for x in _batches(7):
+        adapter(x)
+        if adapter.steps % 3 == 0:
+            assert torch.equal(model.gn.weight, source["gn.weight"])
+    assert _fired(adapter) == [2, 5] and not torch.equal(model.gn.weight, source["gn.weight"])
+
+
+def test_the_sar_guard_resets_any_method_when_its_average_falls():
+    model = tiny(scale=20.0)
+    source = norm_params(model)
+    adapter = zerosiam.adapt(model, "tent", lr=0.5, guard=OnRecovery(ema_below(10.0)))  # always below
+    adapter(_batches(1)[0])
+    assert adapter.last["guard"] and torch.equal(model.gn.weight, source["gn.weight"])
+    quiet = zerosiam.adapt(tiny(), "tent", lr=0.5, guard="sar")  # the paper's floor, 0.2: not reached
+    quiet(_batches(1)[0])
+    assert quiet.last["guard"] is False
+
+
+def test_the_probe_guard_rolls_a_collapsing_stream_back_and_leaves_a_healthy_one():
+    def probe() -> SourceProbe:
+        return SourceProbe(every=2, min_agreement=0.9, ring=2)
+
+    collapsing = zerosiam.adapt(tiny(scale=5.0), "tent", lr=500.0, guard=probe())  # agreement ≈ 0.4
+    steady = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.0, guard=probe())
+    for x in _batches(12):
+        collapsing(x)
+        steady(x)
+    assert _fired(collapsing) and not _fired(steady)  # lr 0: the adapted model is the source
+    step = _fired(collapsing)[0]
+    assert step % 2 == 1  # only at probes (every second step)
+
+
+def test_a_probe_measures_agreement_with_the_source_on_the_same_images():
+    adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.0)
+    x = _batches(1)[0]
+    assert torch.equal(adapter.source_prediction(x).argmax(-1), adapter.predict(x).argmax(-1))
+    before = norm_params(adapter.model)
+    adapter.source_prediction(x)
+    assert all(torch.equal(before[k], v) for k, v in norm_params(adapter.model).items())  # put back
+
+
+def test_a_roll_back_restores_the_snapshot_of_the_flagged_streams_only():
+    adapter = zerosiam.adapt(tiny(scale=5.0), "zerosiam", lr=0.5, predictor_lr=0.5, streams=2)
+    batches = _batches(3, streams=2)
+    adapter(batches[0])
+    kept = adapter.snapshot()
+    adapter(batches[1])
+    moved = adapter.snapshot()
+    adapter.roll_back(kept, torch.tensor([True, False]))
+    now = adapter.snapshot()
+    for part in ("params", "predictor"):
+        for name, value in now[part].items():
+            assert torch.equal(value[0], kept[part][name][0]) and torch.equal(value[1], moved[part][name][1])
+
+
+@pytest.mark.parametrize("guard", ["rdumb", "sar", "auto"])
+def test_stacked_streams_are_guarded_as_lone_ones(guard):
+    guards = {  # each made to fire within ten steps of this toy
+        "rdumb": lambda: Periodic(every=3),
+        "sar": lambda: OnRecovery(ema_below(0.9)),
+        "auto": lambda: SourceProbe(every=2, min_agreement=0.8),
+    }
+
+    def make(streams: int) -> Adapter:
+        return zerosiam.adapt(tiny(scale=5.0), "tent", lr=2.0, streams=streams, guard=guards[guard]())
+
+    batches = _batches(10, streams=3, seed=4)
+    alone = [make(1) for _ in range(3)]
+    stacked = make(3)
+    for x in batches:
+        expected = torch.cat([adapter(x[8 * s : 8 * (s + 1)]) for s, adapter in enumerate(alone)])
+        torch.testing.assert_close(stacked(x), expected, rtol=1e-4, atol=1e-5)
+    for s, adapter in enumerate(alone):
+        assert [row["guard"] for row in stacked.stream_history(s)] == [
+            row["guard"] for row in adapter.history
+        ]
+    assert any(_fired(adapter) for adapter in alone)
+
+
+def test_guards_are_named_in_one_place_and_refused_in_one_line():
+    assert set(GUARDS) == {"none", "rdumb", "sar", "auto"} and guard_named("none") is None
+    with pytest.raises(ValueError, match="unknown guard 'oracle'; choose one of none, rdumb, sar, auto"):
+        zerosiam.adapt(tiny(), "tent", guard="oracle")
+    with pytest.raises(ValueError, match="unknown guard 'oracle'"):
+        RunSpec("resnet20", "cifar10c", "fog", 5, "mild", "tent", guard="oracle")
+
+
+def test_a_guard_leaves_every_stored_run_id_as_it_was():
+    plain = RunSpec("resnet20", "cifar10c", "fog", 5, "mild", "tent")
+    assert RunSpec("resnet20", "cifar10c", "fog", 5, "mild", "tent", guard="none").run_id == plain.run_id
+    assert RunSpec("resnet20", "cifar10c", "fog", 5, "mild", "tent", guard="auto").run_id != plain.run_id
+
+
+def test_noadapt_has_nothing_to_guard():
+    frozen = zerosiam.adapt(tiny(), "noadapt", guard="auto")
+    frozen(_batches(1)[0])
+    assert isinstance(frozen, Frozen) and "guard" not in frozen.last
+
+
+def test_a_guards_state_travels_in_the_adapters_checkpoint():
+    adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5, guard=Periodic(every=4))
+    batches = _batches(6)
+    for x in batches[:3]:
+        adapter(x)
+    resumed = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5, guard=Periodic(every=4))
+    resumed.load_state_dict(copy.deepcopy(adapter.state_dict()))
+    for x in batches[3:]:
+        torch.testing.assert_close(resumed(x), adapter(x))
+    assert _fired(resumed) == _fired(adapter) == [3]

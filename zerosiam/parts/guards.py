@@ -1,0 +1,217 @@
+"""Guards: parts that keep an adapting model from ending below the model it started from, without labels.
+
+Entropy minimization can collapse on a stream nobody chose (a class-ordered stream at a large rate, a
+long stream, noise), and a deployed model has no labels to notice. A guard watches after each step and
+may put some streams back; any recipe can wear one (``recipe.with_(guard=...)``, ``adapt(model, method,
+guard="auto")``), and every trigger is recorded in the step's diagnostics (``guard``).
+
+* ``rdumb`` (``Periodic``): back to the source every 1,000 steps, whatever happens (RDumb, Press et al.,
+  NeurIPS 2023: the simple baseline that beats most continual TTA methods).
+* ``sar`` (``OnRecovery``): SAR's reset (the moving average of the objective below 0.2), for any method.
+* ``auto`` (``SourceProbe``): the project's guard. Every ``every`` steps it predicts the step's batch with
+  the source weights as well (one extra forward without gradients) and compares, per stream, the adapted
+  model with the source on the same images: how often they agree, and how spread the adapted model's
+  predictions are against the source's (a class-ordered stream has a narrow marginal for both; a
+  collapse narrows only the adapted model's). While both are healthy it keeps a snapshot of the adapted
+  weights; when one is not, it rolls the stream back to the snapshot before the unhealthy window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from zerosiam.parts.contract import Evaluation, GuardedLearner, Recovery
+from zerosiam.parts.recovery import ema_below
+
+
+class Periodic:
+    """RDumb: every stream back to its source weights after every ``every`` steps."""
+
+    def __init__(self, every: int = 1000) -> None:  # RDumb (Press et al., 2023): reset every 1,000 steps
+        self.every = every
+        self.steps = 0
+
+    def __call__(
+        self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
+    ) -> Tensor:
+        self.steps += 1
+        due = self.steps % self.every == 0
+        flags = learner.layout.all_streams(prediction.device) & due
+        if due:
+            learner.restore_source(flags)
+        return flags
+
+    def reset(self) -> None:
+        self.steps = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = state["steps"]
+
+
+class OnRecovery:
+    """A recovery rule (SAR's EMA of the objective below a floor) as a guard for any method."""
+
+    def __init__(self, recovery: Recovery) -> None:
+        self.recovery = recovery
+
+    def __call__(
+        self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
+    ) -> Tensor:
+        flags = self.recovery(evaluations)
+        if flags.any():
+            learner.restore_source(flags)
+        return flags
+
+    def reset(self) -> None:
+        self.recovery.reset()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.recovery.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.recovery.load_state_dict(state)
+
+
+@dataclass
+class Health:
+    """What a probe measures per stream: agreement with the source, and both marginals' entropies."""
+
+    agreement: Tensor
+    adapted_spread: Tensor
+    source_spread: Tensor
+
+
+class SourceProbe:
+    """The project's guard: the adapted model against the source model on the same images, per stream.
+
+    Every ``every`` steps the step's batch is predicted at the source weights too. Per stream it follows
+    moving averages (``momentum`` per probe) of the agreement between the two models' predicted classes
+    and of both models' class histograms. A stream is unhealthy when the agreement falls below
+    ``min_agreement`` or the adapted histogram's entropy falls ``max_narrowing`` nats below the source's.
+    An unhealthy stream is rolled back to the oldest of the last ``ring`` snapshots (probes ago, so
+    before the averages, which lag, could notice) and its averages restart; then the weights, all of
+    which have now passed, are the newest snapshot. Every stream is judged and rolled back alone.
+    """
+
+    def __init__(
+        self,
+        every: int = 16,
+        min_agreement: float = 0.5,
+        max_narrowing: float = 0.5,
+        momentum: float = 0.8,
+        ring: int = 3,
+    ) -> None:
+        self.every = every
+        self.min_agreement = min_agreement
+        self.max_narrowing = max_narrowing
+        self.momentum = momentum
+        self.ring = ring
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps = 0
+        self.agreement: Tensor | None = None
+        self.adapted: Tensor | None = None  # per stream, a moving class histogram
+        self.source: Tensor | None = None
+        self.snapshots: list[dict[str, dict[str, Tensor]]] = []
+
+    def __call__(
+        self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
+    ) -> Tensor:
+        self.steps += 1
+        layout = learner.layout
+        quiet = layout.all_streams(prediction.device) & False
+        if self.steps % self.every:
+            return quiet
+        with torch.no_grad():
+            source = learner.source_prediction(x)
+        health = self._follow(
+            layout.rows(prediction.argmax(-1)), layout.rows(source.argmax(-1)), prediction.shape[-1]
+        )
+        unhealthy = (health.agreement < self.min_agreement) | (
+            health.adapted_spread < health.source_spread - self.max_narrowing
+        )
+        flags = layout.value(unhealthy)
+        if bool(unhealthy.any()):
+            if self.snapshots:
+                learner.roll_back(self.snapshots[0], flags)
+            else:
+                learner.restore_source(flags)
+            self._restart(unhealthy)
+        # every stream's weights now passed this probe (or were put back): the newest snapshot
+        self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]
+        return flags
+
+    def _follow(self, adapted: Tensor, source: Tensor, classes: int) -> Health:
+        """Move the averages by one probe: ``adapted``, ``source`` are ``[B, n]`` predicted classes."""
+        self.agreement = self._blend(self.agreement, (adapted == source).float().mean(-1))
+        self.adapted = self._blend(self.adapted, _histogram(adapted, classes))
+        self.source = self._blend(self.source, _histogram(source, classes))
+        return Health(self.agreement, _entropy(self.adapted), _entropy(self.source))
+
+    def _blend(self, average: Tensor | None, value: Tensor) -> Tensor:
+        """One probe into a moving average; a stream whose average is NaN (restarted) takes the value."""
+        if average is None:
+            return value
+        return torch.where(average.isnan(), value, self.momentum * average + (1 - self.momentum) * value)
+
+    def _restart(self, streams: Tensor) -> None:
+        """Forget the averages of the streams put back (their next probe starts them afresh)."""
+        rows = streams.view(-1, 1)
+        self.agreement = torch.where(streams, torch.nan, self.agreement)
+        self.adapted = torch.where(rows, torch.nan, self.adapted)
+        self.source = torch.where(rows, torch.nan, self.source)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "agreement": self.agreement,
+            "adapted": self.adapted,
+            "source": self.source,
+            "snapshots": self.snapshots,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = state["steps"]
+        self.agreement, self.adapted, self.source = state["agreement"], state["adapted"], state["source"]
+        self.snapshots = state["snapshots"]
+
+
+def _histogram(classes: Tensor, count: int) -> Tensor:
+    """Per stream, the fraction of rows predicting each class: ``[B, n]`` → ``[B, count]``."""
+    one_hot = torch.nn.functional.one_hot(classes, count).float()
+    return one_hot.mean(1)
+
+
+def _entropy(histogram: Tensor) -> Tensor:
+    return -(histogram * histogram.clamp_min(1e-12).log()).sum(-1)
+
+
+Guard = Callable[[GuardedLearner, Tensor, Tensor, list[Evaluation]], Tensor]
+
+GUARDS: dict[str, Callable[[], Guard | None]] = {
+    "none": lambda: None,
+    "rdumb": Periodic,
+    "sar": lambda: OnRecovery(ema_below(0.2)),  # methods.md: SAR, reset when ema < 0.2
+    "auto": SourceProbe,
+}
+
+
+def guard_named(name: str) -> Guard | None:
+    """A fresh guard by name (``none`` is no guard); a one-line error naming the choices otherwise."""
+    if name not in GUARDS:
+        raise ValueError(f"unknown guard {name!r}; choose one of {', '.join(GUARDS)}")
+    return GUARDS[name]()
+
+
+def check_guard(name: str) -> str:
+    guard_named(name)
+    return name
