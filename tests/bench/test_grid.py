@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -180,6 +181,23 @@ def test_a_grids_guards_are_an_axis_and_an_unknown_one_is_refused_before_any_run
     assert Grid(models=["resnet20"], methods=["tent"]).guards == ["none"]
     with pytest.raises(ValueError, match="guard 'oracle'"):
         Grid(models=["resnet20"], methods=["tent"], guards=["oracle"]).validate()
+
+
+def test_rate_factors_scale_each_methods_rate_and_leave_factor_one_runs_as_they_were():
+    from zerosiam.bench.grid import scaled
+
+    grid = Grid(models=["resnet20"], methods=["noadapt", "tent"], corruptions=["fog"], hparams={})
+    plain = grid.specs()
+    specs = scaled(
+        [s if s.method == "noadapt" else dataclasses.replace(s, hparams={"lr_scale": 0.3}) for s in plain],
+        [1, 10],
+    )
+    assert sorted((s.method, s.hparams.get("lr_scale")) for s in specs) == [
+        ("noadapt", None), ("tent", 0.3), ("tent", 3.0)
+    ]  # fmt: skip
+    assert scaled(plain, [1]) == plain
+    with pytest.raises(ValueError, match="rate_factors must be positive numbers"):
+        Grid(models=["resnet20"], methods=["tent"], rate_factors=[0]).validate()
 
 
 def test_stacking_groups_batch1_runs_that_differ_only_in_corruption():

@@ -8,6 +8,7 @@ that lived here before (``Execution``, ``Progress``, ``tasks_of``, ...).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -96,6 +97,7 @@ class Grid:
     hparams: dict[str, Any] = field(default_factory=dict)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     rates: str = "paper"  # or "selected": each method's rates as `zerosiam select-lr` chose them
+    rate_factors: list[float] = field(default_factory=lambda: [1])  # each rate also times these (scaled)
     stream: dict[str, list[Any]] = field(default_factory=dict)  # a protocol's parameters, swept
     prelude: dict[str, Any] = field(default_factory=dict)  # another method first (RunSpec.prelude)
     guards: list[str] = field(default_factory=lambda: ["none"])  # what each method wears (parts.guards)
@@ -146,6 +148,8 @@ class Grid:
         _choose("precision", [self.precision], PRECISIONS)
         _choose("rates", [self.rates], RATES)
         _choose("guard", self.guards, GUARDS)
+        if not self.rate_factors or not all(_non_negative(f) and f > 0 for f in self.rate_factors):
+            raise GridError(f"rate_factors must be positive numbers, got {self.rate_factors!r}")
         for model in self.models:
             _check_model_options(model, self.model_options)
         try:
@@ -221,6 +225,21 @@ class Grid:
                     )
                 )
         return _unique(out)
+
+
+def scaled(specs: list[RunSpec], factors: list[float]) -> list[RunSpec]:
+    """Each adapting run once per factor, its rates (``lr_scale``, as selected or set) times the factor;
+    a factor of 1 leaves a run as it is, so its id too. NoAdapt takes no rate and runs once."""
+    out = []
+    for spec in specs:
+        adapts = get_recipe(spec.method).adapts
+        for factor in factors if adapts else [1]:
+            if factor == 1:
+                out.append(spec)
+                continue
+            rate = float(f"{spec.hparams.get('lr_scale', 1.0) * factor:.12g}")  # 0.3 × 3 = 0.9, not 0.8999…
+            out.append(dataclasses.replace(spec, hparams={**spec.hparams, "lr_scale": rate}))
+    return _unique(out)
 
 
 def _check_options(method: str, options: Iterable[str], what: str) -> None:

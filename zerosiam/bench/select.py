@@ -22,7 +22,7 @@ import torch
 import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench.execution import Execution, execute
-from zerosiam.bench.grid import Grid
+from zerosiam.bench.grid import Grid, scaled
 from zerosiam.bench.spec import KIND, RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
 from zerosiam.data.tensors import to_input
@@ -176,7 +176,8 @@ def grid_specs(grid: Grid, store: ResultStore) -> list[RunSpec]:
     """The grid's runs as they execute: with ``rates: selected``, each with the rates ``select-lr``
     recorded in ``store`` (a ``ValueError`` names a missing choice)."""
     specs = grid.specs()
-    return with_selected_rates(specs, store) if grid.rates == "selected" else specs
+    specs = with_selected_rates(specs, store) if grid.rates == "selected" else specs
+    return scaled(specs, grid.rate_factors)
 
 
 def with_selected_rates(specs: list[RunSpec], store: ResultStore) -> list[RunSpec]:

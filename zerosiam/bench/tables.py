@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
+from zerosiam.bench.spec import LATER_FIELDS
 from zerosiam.corruptions import BENCHMARK, GROUPS
 
 BASELINE = "noadapt"
@@ -148,12 +149,15 @@ def _created_key(row: Mapping[str, Any]) -> tuple[int, float, str]:
 
 
 def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec fields besides placement and hparams that a run sets (a stream parameter, a prelude). An
-    empty value is no setting: rows stored before a field existed lack it, newer ones hold it empty."""
+    """The spec fields besides placement and hparams that a run sets (a stream parameter, a prelude, a
+    guard). An empty value, or a younger field at its default, is no setting: rows stored before a field
+    existed lack it, newer ones hold its default."""
     return {
         key: value
         for key, value in spec.items()
-        if key not in _PLACEMENT_FIELDS | {"hparams"} and value not in (None, {}, [])
+        if key not in _PLACEMENT_FIELDS | {"hparams"}
+        and value not in (None, {}, [])
+        and not (key in LATER_FIELDS and value == LATER_FIELDS[key])
     }
 
 

@@ -219,14 +219,11 @@ def main(args: argparse.Namespace) -> int:
 
 def _specs(grid: Grid, store: ResultStore) -> list[RunSpec]:
     """The grid's runs; with ``rates: selected``, each with the rates ``select-lr`` recorded in ``store``
-    (a method with none is a ``UsageError``). The paper's rates need nothing from the store."""
-    specs = grid.specs()
-    if grid.rates != "selected":
-        return specs
-    from zerosiam.bench.select import with_selected_rates
+    (a method with none is a ``UsageError``), times each of ``rate_factors``."""
+    from zerosiam.bench.select import grid_specs
 
     try:
-        return with_selected_rates(specs, store)
+        return grid_specs(grid, store)
     except ValueError as error:  # no learning rate selected for a method, or two that disagree
         raise UsageError(str(error)) from None
 

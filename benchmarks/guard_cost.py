@@ -1,0 +1,69 @@
+"""What a guard costs: a step of Tent and ZeroSiam wearing each guard, against the unguarded step.
+
+    PYTHONPATH=. python benchmarks/guard_cost.py --model resnet26_gn --steps 48
+
+Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 and at batch 1 (the same
+images one at a time); the median of interleaved repeats, so that a busy machine slows every variant
+alike. A guarded step's time is given as a ratio to the unguarded one measured beside it. The memory
+column is what the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the trainable weights,
+in copies of them (the adapter's own source copy is there with or without a guard).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import zerosiam
+from benchmarks.diagnostics_overhead import setup
+from zerosiam.parts.guards import GUARDS, SourceProbe
+
+METHODS = ("tent", "zerosiam")
+
+
+def seconds_per_step(model_name: str, method: str, guard: str, batches: list, device) -> float:
+    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
+    adapter(batches[0])  # warm-up
+    start = time.perf_counter()
+    for x in batches[1:]:
+        adapter(x)
+    len(adapter.history)  # the bulk read belongs to the cost
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / (len(batches) - 1)
+
+
+def snapshot_copies(model_name: str, method: str, batches: list, device) -> float:
+    """The weights ``auto`` keeps after a stream, in copies of the trainable weights."""
+    guard = SourceProbe()
+    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
+    for x in batches:
+        adapter(x)
+    trainable = sum(p.numel() for p in adapter.trainable)
+    kept = sum(t.numel() for snapshot in guard.snapshots for part in snapshot.values() for t in part.values())
+    return kept / trainable
+
+
+def main() -> None:
+    args, device, batches = setup(__doc__, "resnet26_gn", 48)
+    singles = list(torch.cat(batches[:2]).split(1))[: args.steps]  # batch 1: as many steps, one image each
+    print("\n| method | batch | guard | ms/step | guarded ÷ none | snapshots kept (copies) |")
+    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    for method in METHODS:
+        for size, stream in ((64, batches), (1, singles)):
+            timings: dict[str, list[float]] = {guard: [] for guard in GUARDS}
+            for _ in range(args.repeats):
+                for guard in GUARDS:
+                    timings[guard].append(seconds_per_step(args.model, method, guard, stream, device))
+            plain = statistics.median(timings["none"])
+            kept = snapshot_copies(args.model, method, stream, device)
+            for guard in GUARDS:
+                step = statistics.median(timings[guard])
+                copies = f"{kept:.0f}" if guard == "auto" else "0"
+                print(f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} | {copies} |")
+
+
+if __name__ == "__main__":
+    main()
