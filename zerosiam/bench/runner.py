@@ -77,6 +77,8 @@ CURVE_KEYS = (
     "divergence",
     "loss",
     "guard",
+    "guard_agreement",
+    "guard_narrowing",
 )
 
 

@@ -81,8 +81,11 @@ class Adapter(OnlineModel, GradientLearner):
         )
         prediction = evaluations[0].batch.target.detach()
         record = self._step_record(evaluations, recovered)
-        if self.recipe.guard is not None:
-            record["guard"] = self.recipe.guard(self, x, prediction, evaluations)
+        guard = self.recipe.guard
+        if guard is not None:
+            record["guard"] = guard(self, x, prediction, evaluations)
+            signals = getattr(guard, "signals", {}) if self.settings.diagnostics else {}
+            record.update({f"guard_{name}": value for name, value in signals.items()})
         self.log.add(prediction, self.predictor, record)
         return prediction
 

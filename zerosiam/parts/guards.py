@@ -118,6 +118,7 @@ class SourceProbe:
 
     def reset(self) -> None:
         self.steps = 0
+        self.signals: dict[str, Tensor] = {}  # this step's probe, for the record: agreement, narrowing
         self.agreement: Tensor | None = None
         self.adapted: Tensor | None = None  # per stream, a moving class histogram
         self.source: Tensor | None = None
@@ -129,6 +130,7 @@ class SourceProbe:
         self.steps += 1
         layout = learner.layout
         quiet = layout.all_streams(prediction.device) & False
+        self.signals = {}
         if self.steps % self.every:
             return quiet
         with torch.no_grad():
@@ -136,9 +138,9 @@ class SourceProbe:
         health = self._follow(
             layout.rows(prediction.argmax(-1)), layout.rows(source.argmax(-1)), prediction.shape[-1]
         )
-        unhealthy = (health.agreement < self.min_agreement) | (
-            health.adapted_spread < health.source_spread - self.max_narrowing
-        )
+        narrowing = health.source_spread - health.adapted_spread
+        unhealthy = (health.agreement < self.min_agreement) | (narrowing > self.max_narrowing)
+        self.signals = {"agreement": layout.value(health.agreement), "narrowing": layout.value(narrowing)}
         flags = layout.value(unhealthy)
         if bool(unhealthy.any()):
             if self.snapshots:
