@@ -12,27 +12,14 @@ in copies of them (the adapter's own source copy is there with or without a guar
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 import zerosiam
-from benchmarks.diagnostics_overhead import setup
+from benchmarks.diagnostics_overhead import seconds_per_step, setup
 from zerosiam.parts.guards import GUARDS, SourceProbe
 
 METHODS = ("tent", "zerosiam")
-
-
-def seconds_per_step(model_name: str, method: str, guard: str, batches: list, device) -> float:
-    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
-    adapter(batches[0])  # warm-up
-    start = time.perf_counter()
-    for x in batches[1:]:
-        adapter(x)
-    len(adapter.history)  # the bulk read belongs to the cost
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / (len(batches) - 1)
 
 
 def snapshot_copies(model_name: str, method: str, batches: list, device) -> float:
@@ -56,7 +43,7 @@ def main() -> None:
             timings: dict[str, list[float]] = {guard: [] for guard in GUARDS}
             for _ in range(args.repeats):
                 for guard in GUARDS:
-                    timings[guard].append(seconds_per_step(args.model, method, guard, stream, device))
+                    timings[guard].append(seconds_per_step(args.model, method, stream, device, guard=guard))
             plain = statistics.median(timings["none"])
             kept = snapshot_copies(args.model, method, stream, device)
             for guard in GUARDS:
