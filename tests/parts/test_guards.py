@@ -137,3 +137,20 @@ def test_a_guards_state_travels_in_the_adapters_checkpoint():
     for x in batches[3:]:
         torch.testing.assert_close(resumed(x), adapter(x))
     assert _fired(resumed) == _fired(adapter) == [3]
+
+
+def test_a_shrunk_stream_steps_smaller_and_reset_gives_the_full_step_back():
+    adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5, streams=2)
+    x = _batches(1, streams=2)[0]
+    adapter.shrink(torch.tensor([True, False]), 0.0)  # stream 0 frozen, stream 1 as before
+    before = adapter.snapshot()["params"]
+    adapter(x)
+    after = adapter.snapshot()["params"]
+    for name, value in before.items():
+        assert torch.equal(value[0], after[name][0]) and not torch.equal(value[1], after[name][1])
+    resumed = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5, streams=2)
+    resumed.load_state_dict(copy.deepcopy(adapter.state_dict()))
+    torch.testing.assert_close(resumed(x), adapter(x))  # the scale travels in the checkpoint
+    adapter.reset()
+    adapter(x)
+    assert not torch.equal(adapter.snapshot()["params"]["gn.weight"][0], before["gn.weight"][0])

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from zerosiam.methods.guardable import Guardable
 from zerosiam.methods.online import NonFiniteInputError, OnlineModel, Settings
 from zerosiam.methods.recipe import Recipe
 from zerosiam.parts.contract import Batch, Evaluation
@@ -30,12 +31,11 @@ from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.precision import forward_precision
 from zerosiam.parts.predictor import build_predictor
 from zerosiam.parts.split import FeatureTap, OutputChoice
-from zerosiam.parts.streams import put_rows, zero_momentum_rows
 
 __all__ = ["Adapter", "NonFiniteInputError", "Settings", "prepare_options"]
 
 
-class Adapter(OnlineModel, GradientLearner):
+class Adapter(Guardable, OnlineModel, GradientLearner):
     """Online test-time adaptation of ``model`` by ``recipe``. Build it with ``zerosiam.adapt``."""
 
     def __init__(
@@ -158,35 +158,6 @@ class Adapter(OnlineModel, GradientLearner):
         ``streams``; the adapter's own record is kept."""
         source = {"params": self._source, "predictor": self._predictor_source}
         self.roll_back(source, streams if streams is not None else self.layout.all_streams())
-
-    def snapshot(self) -> dict[str, dict[str, Tensor]]:
-        """A copy of the adapted weights (norm parameters and predictor), for a guard to roll back to."""
-        predictor = self.predictor.named_parameters() if self.predictor is not None else ()
-        return {
-            "params": {name: p.detach().clone() for name, p in self.params.items()},
-            "predictor": {name: p.detach().clone() for name, p in predictor},
-        }
-
-    def roll_back(self, snapshot: dict[str, dict[str, Tensor]], streams: Tensor) -> None:
-        """The flagged streams back to a ``snapshot``'s weights, with no momentum."""
-        self._put_weights(snapshot, streams)
-        zero_momentum_rows(self.optimizer, streams)
-
-    def source_prediction(self, x: Tensor) -> Tensor:
-        """What the source model predicts for ``x`` (the adapted weights are put back after)."""
-        adapted, every = self.snapshot(), self.layout.all_streams()
-        self._put_weights({"params": self._source, "predictor": {}}, every)
-        try:
-            with torch.no_grad():
-                return self._forward(x)
-        finally:
-            self._put_weights(adapted, every)
-
-    def _put_weights(self, weights: dict[str, dict[str, Tensor]], streams: Tensor) -> None:
-        for name, param in self.params.items():
-            put_rows(param, weights["params"][name], streams)
-        for name, param in self.predictor.named_parameters() if weights["predictor"] else ():
-            put_rows(param, weights["predictor"][name].to(param.device), streams)
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint of the adapting state: adapted weights, predictor, optimizer and rule states, and

@@ -58,8 +58,8 @@ class Learner(Protocol):
 
 
 class GuardedLearner(Protocol):
-    """What a guard may use of the learner it watches: per-stream restores, snapshots of the adapted
-    weights, and the source model's prediction (``zerosiam.parts.guards``)."""
+    """What a guard may use of the learner it watches, stream by stream: restores, snapshots of the
+    adapted weights, a smaller step, and the source model's prediction (``zerosiam.parts.guards``)."""
 
     layout: Layout
 
@@ -70,6 +70,8 @@ class GuardedLearner(Protocol):
     def roll_back(self, snapshot: dict[str, dict[str, Tensor]], streams: Tensor) -> None: ...
 
     def source_prediction(self, x: Tensor) -> Tensor: ...
+
+    def shrink(self, streams: Tensor, factor: float) -> None: ...
 
 
 @dataclass

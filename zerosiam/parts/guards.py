@@ -108,12 +108,14 @@ class SourceProbe:
         max_narrowing: float = 0.5,
         momentum: float = 0.8,
         ring: int = 3,
+        shrink: float = 1.0,
     ) -> None:
         self.every = every
         self.min_agreement = min_agreement
         self.max_narrowing = max_narrowing
         self.momentum = momentum
         self.ring = ring
+        self.shrink = shrink
         self.reset()
 
     def reset(self) -> None:
@@ -147,6 +149,8 @@ class SourceProbe:
                 learner.roll_back(self.snapshots[0], flags)
             else:
                 learner.restore_source(flags)
+            if self.shrink != 1.0:
+                learner.shrink(flags, self.shrink)
             self._restart(unhealthy)
         # every stream's weights now passed this probe (or were put back): the newest snapshot
         self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]

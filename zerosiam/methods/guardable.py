@@ -1,0 +1,101 @@
+"""What a guard may do to an adapter, stream by stream: snapshot its weights, roll back to one, shrink its
+step, and ask what the source model predicts (the ``GuardedLearner`` of ``parts/contract.py``).
+
+A mixin of ``Adapter``, which supplies ``params`` (the adapted norm parameters, one row per stream when
+stacked), ``predictor``, ``optimizer``, ``layout``, ``trainable``, the source copy ``_source`` and the
+forward ``_forward``. Nothing here runs unless a guard asks: an unguarded adapter computes what it did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from zerosiam.parts.layout import Layout
+from zerosiam.parts.streams import put_rows, zero_momentum_rows
+
+Weights = dict[str, dict[str, Tensor]]  # {"params": {name: tensor}, "predictor": {name: tensor}}
+
+
+class Guardable:
+    """Snapshots, roll-backs, a per-stream step scale and the source's prediction, for guards."""
+
+    params: dict[str, nn.Parameter]
+    predictor: nn.Module | None
+    optimizer: torch.optim.Optimizer
+    layout: Layout
+    trainable: list[nn.Parameter]
+    _source: dict[str, Tensor]
+    _step_scale: Tensor | None = None  # per stream; None until a guard first shrinks a step
+    _scale_hooks: list[RemovableHandle]
+
+    def snapshot(self) -> Weights:
+        """A copy of the adapted weights (norm parameters and predictor), for a guard to roll back to."""
+        predictor = self.predictor.named_parameters() if self.predictor is not None else ()
+        return {
+            "params": {name: p.detach().clone() for name, p in self.params.items()},
+            "predictor": {name: p.detach().clone() for name, p in predictor},
+        }
+
+    def roll_back(self, snapshot: Weights, streams: Tensor) -> None:
+        """The flagged streams back to a ``snapshot``'s weights, with no momentum."""
+        self._put_weights(snapshot, streams)
+        zero_momentum_rows(self.optimizer, streams)
+
+    def source_prediction(self, x: Tensor) -> Tensor:
+        """What the source model predicts for ``x`` (the adapted weights are put back after)."""
+        adapted, every = self.snapshot(), self.layout.all_streams()
+        self._put_weights({"params": self._source, "predictor": {}}, every)
+        try:
+            with torch.no_grad():
+                return self._forward(x)
+        finally:
+            self._put_weights(adapted, every)
+
+    def shrink(self, streams: Tensor, factor: float) -> None:
+        """Scale the flagged streams' future steps by ``factor`` (their gradients, so every part of the
+        step, SAM's included, sees the smaller step; with momentum zeroed by a roll-back it is exactly a
+        smaller learning rate for those streams)."""
+        scale = self._step_scale if self._step_scale is not None else self.layout.all_streams().float()
+        self._set_scale(torch.where(streams.cpu(), scale * factor, scale))
+
+    def _set_scale(self, scale: Tensor) -> None:
+        if self._step_scale is None:  # the first shrink: from now on every gradient passes the scale
+            self._scale_hooks = [p.register_hook(self._scaled) for p in self.trainable]
+        self._step_scale = scale
+
+    def _scaled(self, grad: Tensor) -> Tensor:
+        return grad * self.layout.per_row(self._step_scale.to(grad.device), grad)
+
+    def _put_weights(self, weights: Weights, streams: Tensor) -> None:
+        for name, param in self.params.items():
+            put_rows(param, weights["params"][name], streams)
+        for name, param in self.predictor.named_parameters() if weights["predictor"] else ():
+            put_rows(param, weights["predictor"][name].to(param.device), streams)
+
+    def forget(self) -> None:
+        """The record cleared, and every stream's step back to its full size (``reset``)."""
+        self._unscale()
+        super().forget()
+
+    def _unscale(self) -> None:
+        for hook in getattr(self, "_scale_hooks", []):
+            hook.remove()
+        self._step_scale, self._scale_hooks = None, []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "step_scale": self._step_scale}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._unscale()
+        scale = state.get("step_scale")  # checkpoints of old had none
+        if scale is not None:
+            self._set_scale(scale.clone())
+
+    def release(self, keep_adapted: bool = False) -> nn.Module:
+        self._unscale()
+        return super().release(keep_adapted)
