@@ -92,25 +92,32 @@ class Health:
 class SourceProbe:
     """The project's guard: the adapted model against the source model on the same images, per stream.
 
-    Every ``every`` steps the step's batch is predicted at the source weights too. Per stream it follows
+    Every ``every`` steps (every ``warmup_every`` in the first ``warmup`` steps, where a rate that is
+    far too large collapses a model within a few steps) the step's batch is predicted at the source
+    weights too: a schedule of the step count alone, so stacked streams are probed as lone ones. Per
+    stream it follows
     moving averages (``momentum`` per probe) of the agreement between the two models' predicted classes
     and of both models' class histograms. A stream is unhealthy when the agreement falls below
     ``min_agreement`` or the adapted histogram's entropy falls ``max_narrowing`` nats below the source's.
     An unhealthy stream is rolled back to the oldest of the last ``ring`` snapshots (probes ago, so
     before the averages, which lag, could notice) and its averages restart; then the weights, all of
-    which have now passed, are the newest snapshot. Every stream is judged and rolled back alone.
+    which have now passed, are the newest snapshot; its steps are then scaled by ``shrink`` (a rate that
+    collapsed the stream once would again). Every stream is judged, rolled back and shrunk alone.
     """
 
     def __init__(
         self,
         every: int = 16,
-        min_agreement: float = 0.5,
-        max_narrowing: float = 0.5,
+        min_agreement: float = 0.8,
+        max_narrowing: float = 0.1,
         momentum: float = 0.8,
         ring: int = 3,
-        shrink: float = 1.0,
+        shrink: float = 0.5,
+        warmup: int = 32,
+        warmup_every: int = 4,
     ) -> None:
         self.every = every
+        self.warmup, self.warmup_every = warmup, warmup_every
         self.min_agreement = min_agreement
         self.max_narrowing = max_narrowing
         self.momentum = momentum
@@ -133,7 +140,7 @@ class SourceProbe:
         layout = learner.layout
         quiet = layout.all_streams(prediction.device) & False
         self.signals = {}
-        if self.steps % self.every:
+        if self.steps % (self.warmup_every if self.steps <= self.warmup else self.every):
             return quiet
         with torch.no_grad():
             source = learner.source_prediction(x)
