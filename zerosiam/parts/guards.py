@@ -223,8 +223,3 @@ def guard_named(name: str) -> Guard | None:
     if name not in GUARDS:
         raise ValueError(f"unknown guard {name!r}; choose one of {', '.join(GUARDS)}")
     return GUARDS[name]()
-
-
-def check_guard(name: str) -> str:
-    guard_named(name)
-    return name
