@@ -169,15 +169,19 @@ def test_a_grids_guards_are_an_axis_and_an_unknown_one_is_refused_before_any_run
     grid = Grid.from_mapping(
         {
             "models": ["resnet20"],
-            "methods": ["tent", "zerosiam"],
+            "methods": ["noadapt", "tent", "zerosiam"],
             "corruptions": ["fog"],
             "guards": ["none", "auto"],
         }
     )
     grid.validate()
     assert sorted((s.method, s.guard) for s in grid.specs()) == [
-        ("tent", "auto"), ("tent", "none"), ("zerosiam", "auto"), ("zerosiam", "none")
-    ]  # fmt: skip
+        ("noadapt", "none"),
+        ("tent", "auto"),
+        ("tent", "none"),
+        ("zerosiam", "auto"),
+        ("zerosiam", "none"),
+    ]  # NoAdapt has nothing to guard: once
     assert Grid(models=["resnet20"], methods=["tent"]).guards == ["none"]
     with pytest.raises(ValueError, match="guard 'oracle'"):
         Grid(models=["resnet20"], methods=["tent"], guards=["oracle"]).validate()

@@ -187,7 +187,7 @@ class Grid:
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one
-        that does not adapt (NoAdapt) every rate, so a rate sweep runs it once."""
+        that does not adapt (NoAdapt) every rate and guard, so a rate sweep or a guard axis runs it once."""
         out = []
         axes = (
             self.models,
@@ -200,6 +200,8 @@ class Grid:
             self.guards,
         )
         for model, protocol, severity, stream, seed, method, point, guard in itertools.product(*axes):
+            if guard != "none" and not get_recipe(method).adapts:
+                continue  # NoAdapt has nothing to guard: it runs once, unguarded
             accepted = options_of(method)
             hparams = {**self.hparams, **{key: value for key, value in point.items() if key in accepted}}
             for option in _ignored_rates(method):
