@@ -108,8 +108,8 @@ class SourceProbe:
     def __init__(
         self,
         every: int = 16,
-        min_agreement: float = 0.8,
-        max_narrowing: float = 0.1,
+        min_agreement: float = 0.85,
+        max_narrowing: float = 0.05,
         momentum: float = 0.8,
         ring: int = 3,
         shrink: float = 0.5,
