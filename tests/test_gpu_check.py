@@ -1,11 +1,13 @@
 """``benchmarks/gpu_check.py`` runs, so that the script a GPU session is lent for cannot rot.
 
 On the CPU with 128 images and a tiny timm model (the default models take minutes per method there);
-the script's code path is the one a GPU run takes, through ``zerosiam.bench.runner.run``.
+the script's code path is the one a GPU run takes, through ``zerosiam.bench.runner.run``, beside the
+plain loop written in the script.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,3 +31,28 @@ def test_the_gpu_check_runs_on_the_cpu_and_prints_its_tables():
     for precision in ("fp32", "bf16"):
         assert f"test_efficientnet_gn, {precision}, 128 images, batch 64" in result.stdout
     assert result.stdout.count("| tent | ") == 2 and result.stdout.count("| zerosiam | ") == 2
+
+
+@pytest.mark.slow
+def test_the_gpu_check_puts_the_plain_loop_the_speed_options_mfu_and_a_profile_beside_the_harness(tmp_path):
+    """The rows a GPU window is lent for, at tiny size: the plain Tent loop, a speed option's row (compile
+    is left out: compiling this model on the CPU takes minutes), MFU, the profile and the files."""
+    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--images", "128",
+               "--models", "test_efficientnet_gn", "--methods", "tent,zerosiam", "--precisions", "fp32",
+               "--options", "channels_last", "--option-methods", "zerosiam", "--profile",
+               "--profile-steps", "2", "--out", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| speed ÷ plain loop | GFLOP/image | TFLOP/s | MFU |" in result.stdout
+    for row in ("| tent | eager | ", "| tent (plain loop) | eager | ", "| zerosiam | channels_last | "):
+        assert result.stdout.count(row) == 1, row
+    assert "| backward (and zero_grad) |" in result.stdout
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(row["method"], row["speed"]) for row in rows] == [
+        ("tent", "eager"), ("zerosiam", "eager"), ("tent (plain loop)", "eager"),
+        ("zerosiam", "channels_last"),
+    ]  # fmt: skip
+    assert all(row["images_per_s"] > 0 for row in rows)
+    assert "| forward |" in (tmp_path / "profile_test_efficientnet_gn_fp32.md").read_text()
+    assert "| tent (plain loop) | eager | " in (tmp_path / "gpu_check.md").read_text()

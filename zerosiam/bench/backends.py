@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection, wait
 from zerosiam.bench.checkpoint import Checkpointing
 from zerosiam.bench.store import Failure, signals_deferred
 from zerosiam.bench.tasks import Execution, Outcome, Progress, Show, Sink, Task, attempt, throttled
+from zerosiam.methods.speed import Speed
 
 # tasks, how to run them, where outcomes go, where progress goes, where tasks save their progress
 Backend = Callable[[list[Task], Execution, Sink, Show, Checkpointing | None], None]
@@ -31,7 +32,11 @@ def default_workers(threads: int) -> int:
 
 
 def _worker(
-    connection: Connection, threads: int, device: str, checkpointing: Checkpointing | None = None
+    connection: Connection,
+    threads: int,
+    device: str,
+    checkpointing: Checkpointing | None = None,
+    speed: Speed | None = None,
 ) -> None:
     """A local worker process: runs the tasks it is sent, one at a time, and sends back the ``Progress``
     of each, then its outcomes. Ctrl-C reaches the whole process group; the driver handles it and stops
@@ -39,7 +44,7 @@ def _worker(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(EOFError, BrokenPipeError):  # the driver is gone (even killed): so is the work
         while (task := connection.recv()) is not None:
-            connection.send(attempt(task, threads, device, throttled(connection.send), checkpointing))
+            connection.send(attempt(task, threads, device, throttled(connection.send), checkpointing, speed))
 
 
 @dataclass
@@ -73,7 +78,7 @@ def run_local(
         ours, theirs = context.Pipe()
         device = devices[index % len(devices)] if devices else execution.device
         # not a daemon: its run may start DataLoader workers of its own; it ends with the driver's pipe
-        args = (theirs, execution.threads, device, checkpointing)
+        args = (theirs, execution.threads, device, checkpointing, execution.speed)
         process = context.Process(target=_worker, args=args)
         process.start()
         theirs.close()
@@ -176,7 +181,9 @@ def run_ray(
         # with GPU resources, Ray makes the run's GPU the task's only visible one: "cuda" is that GPU
         device = "cuda" if execution.gpus_per_run > 0 else execution.device
         task = ray.remote(num_cpus=threads, num_gpus=execution.gpus_per_run, max_retries=0)(attempt)
-        tasks = {task.remote(runs, threads, device, None, checkpointing): runs for runs in todo}
+        tasks = {
+            task.remote(runs, threads, device, None, checkpointing, execution.speed): runs for runs in todo
+        }
         refs = list(tasks)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
@@ -202,7 +209,7 @@ def run_inline(
     """Tasks one after another in this process: for debugging and tests (peak memory is the process's)."""
     report = throttled(lambda progress: show([progress]))
     for task in todo:
-        outcomes = attempt(task, execution.threads, execution.device, report, checkpointing)
+        outcomes = attempt(task, execution.threads, execution.device, report, checkpointing, execution.speed)
         with signals_deferred():
             for outcome in outcomes:
                 sink(outcome)

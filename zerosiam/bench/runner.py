@@ -38,6 +38,7 @@ from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
+from zerosiam.methods.speed import Speed
 from zerosiam.parts.precision import forward_precision
 from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
@@ -129,15 +130,18 @@ def _method_extras(method: str, spec: RunSpec) -> dict[str, Any]:
 Report = Callable[[int, int], None]  # steps done, steps in all
 
 
-def run(spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu") -> Result:
-    """Execute one run on ``device`` and measure it.
+def run(
+    spec: RunSpec, progress: bool = False, device: str | torch.device = "cpu", speed: Speed | None = None
+) -> Result:
+    """Execute one run on ``device`` and measure it; ``speed`` (``zerosiam.methods.speed``: compile,
+    channels-last) is how the model's forward runs, not part of the run's identity.
 
     The loop asks the host as little as it can: batches are gathered (or decoded) ahead by the loader,
     travel to the device as uint8 and become model input there, predictions are scored there, and the
     per-step diagnostics are read back once at the end. (What still reads the device each step: the
     adapter's finiteness check of the update and, for filtering methods, whether any sample was kept.)
     """
-    return run_stacked([spec], progress, device)[0]
+    return run_stacked([spec], progress, device, speed=speed)[0]
 
 
 def run_stacked(
@@ -146,6 +150,7 @@ def run_stacked(
     device: str | torch.device = "cpu",
     report: Report | None = None,
     checkpoint: RunCheckpoint | None = None,
+    speed: Speed | None = None,
 ) -> list[Result]:
     """Execute runs that differ only in their corruption as stacked streams of one adapter
     (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
@@ -158,6 +163,7 @@ def run_stacked(
     With a ``checkpoint``, the task's progress is written every ``checkpoint.every`` seconds and a task
     started again goes on from the last one, to the same result (its ``resumed_from_step`` says where it
     went on). Runs with a prelude do not checkpoint: a relay's two legs have no one state to save.
+    With ``speed`` other than eager, each result's environment says which (``speed``).
     """
     device = torch.device(device)
     spec = check_stackable(specs)
@@ -168,7 +174,8 @@ def run_stacked(
     ends = [len(StreamBatches(stream)) for stream in stacked]
     length = max(ends)
     batches = [StreamBatches(padded(stream, length)) for stream in stacked]
-    adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs))
+    speed = speed or Speed()
+    adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs), speed=speed)
     aside = SetAside(adapter, ends)
     scores = [Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
     if isinstance(adapter, Relay):
@@ -206,7 +213,11 @@ def run_stacked(
         for score, hits in zip(scores, frozen, strict=True):
             score.frozen(hits)
     seconds = (time.perf_counter() - start) / len(specs)
-    return _results(specs, scores, adapter, ends, seconds, waited / len(specs), first, own_peak, device)
+    results = _results(specs, scores, adapter, ends, seconds, waited / len(specs), first, own_peak, device)
+    if not speed.eager:
+        for result in results:
+            result.env["speed"] = speed.label
+    return results
 
 
 def _results(
@@ -274,8 +285,13 @@ def _resume(
     return saved["step"], saved["seconds"], saved["waited"]
 
 
-def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1) -> Adapter | Relay:
-    """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's."""
+def _adapter(
+    spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1, speed: Speed | None = None
+) -> Adapter | Relay:
+    """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's.
+    ``speed`` gives each leg its options, unless a grid set them as hyper-parameters of its own."""
+    speed = speed or Speed()
+    options = {"compile": speed.compile, "channels_last": speed.channels_last}
 
     def build(model: nn.Module, method: str, hparams: dict[str, Any]) -> Adapter:
         extras = _method_extras(method, spec)
@@ -286,7 +302,7 @@ def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1)
             precision=spec.precision,
             streams=streams,
             guard=spec.guard,
-            **hparams,
+            **{**options, **hparams},
             **extras,
         )
 

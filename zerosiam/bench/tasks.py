@@ -5,6 +5,9 @@ A *task* is what one worker runs at once: one run, or batch-size-1 runs that dif
 corruption, stacked as streams of one adapter. Every backend (``bench/backends.py``) hands tasks to the
 same entry point, ``attempt``, and gets back one *outcome* per run: its result, or a ``Failure``.
 ``Execution`` says where and how they run; none of it is part of a run's identity.
+
+How the model's forward runs (``Execution.speed``: compile, channels-last) goes to every worker with its
+tasks, as ``attempt``'s ``speed``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from zerosiam.bench.memory import fix_mmap_threshold
 from zerosiam.bench.runner import Report, Result, run_stacked
 from zerosiam.bench.spec import RunSpec
 from zerosiam.bench.store import Failure, run_id_for
+from zerosiam.methods.speed import Speed
 from zerosiam.parts.streams import STACKED_PREDICTORS
 
 Outcome = tuple[dict[str, Any], dict, dict, dict] | Failure  # a run's spec, metrics, curves, environment
@@ -41,6 +45,13 @@ class Execution:
     stack: bool = False  # batch-size-1 runs that differ only in their corruption share one adapter
     checkpoint_every: float | None = CHECKPOINT_EVERY  # seconds between a task's saves (None: never)
     progress: bool = True  # show a bar of the runs
+    compile: bool | str = False  # torch.compile each run's model forward (True, or a mode)
+    channels_last: bool = False  # convolution weights and inputs in channels-last memory format
+
+    @property
+    def speed(self) -> Speed:
+        """How each run's model forward runs (``zerosiam.methods.speed``)."""
+        return Speed(self.compile, self.channels_last)
 
 
 @dataclass(frozen=True)
@@ -114,10 +125,12 @@ def run_task(
     device: str,
     report: Report | None = None,
     checkpointing: Checkpointing | None = None,
+    speed: Speed | None = None,
 ) -> list[Outcome]:
     """Worker entry point: one run, or runs stacked as streams, with ``threads`` intra-op threads on
     ``device`` (picklable, for pools and Ray); ``report`` hears of its steps. With ``checkpointing``
-    the task saves its progress as it goes, and goes on from there if it was stopped before."""
+    the task saves its progress as it goes, and goes on from there if it was stopped before. ``speed``
+    is how the model's forward runs (default: eager)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -125,7 +138,11 @@ def run_task(
     specs = [RunSpec.from_dict(values) for values in task]
     checkpoint = checkpointing.of(run_ids_of(task)) if checkpointing is not None else None
     results: list[Result] = run_stacked(
-        specs, device=resolve_device(device), report=report, checkpoint=checkpoint
+        specs,
+        device=resolve_device(device),
+        report=report,
+        checkpoint=checkpoint,
+        speed=speed if speed is not None else Speed(),
     )
     return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
 
@@ -136,10 +153,11 @@ def attempt(
     device: str,
     report: Report | None = None,
     checkpointing: Checkpointing | None = None,
+    speed: Speed | None = None,
 ) -> list[Outcome]:
     """``run_task``, with an exception turned into a ``Failure`` of each of the task's runs, so that one
     bad run never ends a grid (its checkpoint stays: a run killed by the machine goes on next time)."""
     try:
-        return run_task(task, threads, device, report, checkpointing)
+        return run_task(task, threads, device, report, checkpointing, speed)
     except Exception as error:
         return [Failure.of(values, error) for values in task]

@@ -114,6 +114,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="auto, cpu, cuda or cuda:N (not part of a run's identity)",
     )
     parser.add_argument(
+        "--compile",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="MODE",
+        help="torch.compile each run's model forward and its backward, in torch's default mode or MODE "
+        "(reduce-overhead, max-autotune, ...); off by default (not part of a run's identity)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="convolution weights and inputs in channels-last memory format (not part of a run's identity)",
+    )
+    parser.add_argument(
         "--gpus-per-run", type=float, default=0.0, help="Ray: GPU resources per run (0.5 shares)"
     )
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
@@ -198,12 +212,13 @@ def main(args: argparse.Namespace) -> int:
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
+    execution = _execution(args)
     args.db.parent.mkdir(parents=True, exist_ok=True)
     store = ResultStore(args.db)
     specs = _specs(grid, store)
     try:
         with interruptible():
-            ran, failures = execute(specs, store, _execution(args))
+            ran, failures = execute(specs, store, execution)
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise
@@ -229,10 +244,15 @@ def _specs(grid: Grid, store: ResultStore) -> list[RunSpec]:
 
 
 def _execution(args: argparse.Namespace) -> Execution:
-    """Where and how the flags ask the runs to execute."""
+    """Where and how the flags ask the runs to execute; an unknown compile mode is a ``UsageError``."""
     from zerosiam.bench.checkpoint import CHECKPOINT_EVERY
     from zerosiam.bench.execution import Execution
+    from zerosiam.methods.speed import Speed
 
+    try:
+        Speed(args.compile, args.channels_last)  # an unknown mode stops here, before any run
+    except ValueError as error:
+        raise UsageError(f"--compile: {error}") from None
     return Execution(
         backend=args.backend,
         workers=args.workers,
@@ -242,4 +262,6 @@ def _execution(args: argparse.Namespace) -> Execution:
         gpus_per_run=args.gpus_per_run,
         stack=args.stack,
         checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
+        compile=args.compile,
+        channels_last=args.channels_last,
     )

@@ -23,6 +23,7 @@ from zerosiam.methods.noadapt import noadapt
 from zerosiam.methods.online import Frozen, NonFiniteInputError, OnlineModel, Settings
 from zerosiam.methods.recipe import Asymmetry, Recipe
 from zerosiam.methods.sar import sar, sar_text
+from zerosiam.methods.speed import Speed, with_speed
 from zerosiam.methods.tent import tent
 from zerosiam.methods.tlm import tlm
 from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
@@ -132,6 +133,8 @@ def adapt(
     streams: int = 1,
     output: str | int | None = None,
     guard: str | Guard | None = None,
+    compile: bool | str = False,
+    channels_last: bool = False,
     **overrides,
 ) -> OnlineModel:
     """Wrap ``model`` for online test-time adaptation by ``method`` (an ``Adapter``; for ``noadapt``,
@@ -154,6 +157,11 @@ def adapt(
     ``streams=B`` adapts B independent streams in one forward, each batch holding ``batch_size`` samples
     of every stream, stream-major, each stream as if it ran alone (GroupNorm/LayerNorm models, linear
     predictors; ``zerosiam.parts.streams``).
+    ``compile`` (True, or a ``torch.compile`` mode such as ``"reduce-overhead"``) compiles the model's
+    forward, and the backward through it; ``channels_last`` stores convolution weights and inputs
+    channels-last. Both are off by default, give the eager path's predictions within float rounding, and
+    are taken off the model by ``release()`` (``zerosiam.methods.speed``); which pays depends on the device
+    and model (``docs/efficiency.md``). Compiling costs seconds to minutes before the first step.
 
     ``model`` may be any classifier: timm, torchvision, the zoo, a Hugging Face ``transformers`` image
     classifier (``AutoModelForImageClassification``: its ``pixel_values`` is the first positional
@@ -162,6 +170,7 @@ def adapt(
     ``ModelOutput``, the field ``output`` names (a key or a position), else ``logits``, else the one tensor
     it holds; an output the rule cannot decide is a one-line error naming its fields.
     """
+    speed = Speed(compile, channels_last)
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if guard is not None:
         recipe = recipe.with_(guard=guard_named(guard) if isinstance(guard, str) else guard)
@@ -180,8 +189,9 @@ def adapt(
         diagnostics=diagnostics,
     )
     if not recipe.adapts:
-        return Frozen(model, recipe, settings, streams=streams, output=output)
-    return Adapter(model, recipe, settings, head=head, extras=extras, streams=streams, output=output)
+        return with_speed(Frozen(model, recipe, settings, streams=streams, output=output), speed)
+    adapter = Adapter(model, recipe, settings, head=head, extras=extras, streams=streams, output=output)
+    return with_speed(adapter, speed)
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,7 @@ class OnlineModel:
         self._logits = LogitsOutput(model, output)  # model(x) is the logits, whatever the model returns
         self._requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
         self._training = {name: m.training for name, m in model.named_modules()}
+        self._on_release: list[Callable[[], None]] = []  # what others put on the model (speed options)
 
     @property
     def streams(self) -> int:
@@ -166,14 +168,20 @@ class OnlineModel:
         """Clear the record of the steps taken."""
         self.log.clear()
 
+    def when_released(self, undo: Callable[[], None]) -> None:
+        """Have ``release`` call ``undo`` once the model is handed back (last added, first undone)."""
+        self._on_release.append(undo)
+
     def release(self, keep_adapted: bool = False) -> nn.Module:
         """Hand the model back with its modes, flags and output as they came (an adapter also restores
-        its weights first, unless ``keep_adapted``)."""
+        its weights first, unless ``keep_adapted``), then undo what was put on it after it was built."""
         self._logits.close()
         for name, param in self.model.named_parameters():
             param.requires_grad_(self._requires_grad[name])
         for name, module in self.model.named_modules():
             module.training = self._training[name]
+        while self._on_release:
+            self._on_release.pop()()
         return self.model
 
     def state_dict(self) -> dict[str, Any]:

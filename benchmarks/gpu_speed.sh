@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 40's GPU tables in one call: the harness eager and with each speed option, beside the plain Tent
+# loop, with MFU per row and a profile, for ViT-B/16 and ResNet-50-GN in tf32 and bf16 at batch 64, and
+# ViT-B/16 in tf32 at batch size 1 (benchmarks/gpu_check.py; tables in docs/efficiency.md).
+#
+#   OUT=/tmp/out bash benchmarks/gpu_speed.sh          # one H100 or H200; stops at 420 s
+#   OUT=/tmp/out bash benchmarks/gpu_speed.sh 300      # another deadline, in seconds
+#   DEVICE=cpu IMAGES=128 IMAGES_BS1=8 VIT=test_vit RESNET=test_resnet OUT=/tmp/try \
+#       bash benchmarks/gpu_speed.sh 900               # a try of the script itself on a CPU
+#
+# Steps, in order of importance; each gets what is left of the deadline and is stopped with SIGTERM when it
+# runs out (what it measured is kept: gpu_check.py appends every row to rows.jsonl as it goes):
+#   vit64     ViT-B/16, batch 64, tf32 and bf16: Tent, ZeroSiam, SAR, DeYO eager; the plain loop;
+#             ZeroSiam with channels_last and with compile; the profile of ZeroSiam's eager steps
+#   resnet64  ResNet-50-GN, the same, ZeroSiam with channels_last, compile+channels_last and compile
+#   vit1      ViT-B/16, batch size 1, tf32: Tent and ZeroSiam eager, the plain loop, ZeroSiam compiled
+#             with CUDA graphs (compile:reduce-overhead) and without (compile)
+#   extra     if time is left: Tent compiled on ViT-B/16 tf32 (ZeroSiam ÷ Tent on the compiled path),
+#             then benchmarks/speed_equivalence.py on the GPU (ResNet-26-GN, 10,000 CIFAR-10-C images)
+#
+# Expected duration on one H100, from docs/efficiency.md's rates (ZeroSiam ViT-B/16 1,334 images/s in
+# tf32, 2,332 in bf16; ResNet-50-GN 1,718 and 1,541; SAR about half of Tent's rate, DeYO two thirds) on
+# 2,560 images a row: a row is 1.5-4 s of steps plus an assumed 1-1.5 s of model build and loader start,
+# and its untimed warm-up about 1.5 s; vit64 about 70 s, resnet64 about 70 s, vit1 (256 one-image steps
+# at an assumed 10-15 ms each) about 40 s, the folder, imports and FLOP counts about 10 s: 3 min eager.
+# Each compiled graph (a model, a precision, a batch size, a method, the options) costs TorchInductor an
+# unmeasured 20-40 s on 16 cores; the first three steps compile 8 (2 + 4 + 2): at 30 s each they end in
+# about 7 minutes, at 20 s in 6. Past the deadline (420 s by default) a step is stopped and the rest say
+# "skipped" in steps.txt.
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.}
+deadline=$(( $(date +%s) + ${1:-420} ))
+out=${OUT:-runs/gpu_speed}
+device=${DEVICE:-cuda}
+vit=${VIT:-vit_base_patch16_224}
+resnet=${RESNET:-resnet50_gn}
+images=${IMAGES:-2560}
+folder=${FOLDER:-/tmp/gpu_speed_folder}  # written once, read by every step
+mkdir -p "$out"
+left() { echo $(( deadline - $(date +%s) )); }
+
+step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME, within the deadline
+  local name=$1 start rc; shift
+  if (( $(left) < 30 )); then echo "$name: skipped, deadline" | tee -a "$out/steps.txt"; return; fi
+  start=$(date +%s)
+  timeout -s TERM -k 10 "$(left)" python benchmarks/gpu_check.py --device "$device" --folder "$folder" \
+    --out "$out/$name" "$@" > "$out/$name.log" 2>&1; rc=$?
+  echo "$name: exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/steps.txt"
+}
+
+python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee "$out/steps.txt"
+smi=  # the GPU's utilisation, memory and clock every 5 s, beside the steps
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv -l 5 > "$out/gpu.csv" 2>&1 &
+  smi=$!
+fi
+
+step vit64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam,sar,deyo --options channels_last,compile --option-methods zerosiam --profile
+step resnet64 --models "$resnet" --precisions tf32,bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam,sar,deyo --options channels_last,compile+channels_last,compile \
+  --option-methods zerosiam --profile
+step vit1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS1:-256}" \
+  --methods tent,zerosiam --options compile:reduce-overhead,compile --option-methods zerosiam
+step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
+  --methods tent --options compile --option-methods tent
+if (( $(left) > 60 )); then
+  timeout -s TERM -k 10 "$(left)" python benchmarks/speed_equivalence.py --device "$device" \
+    --options channels_last,compile > "$out/equivalence.log" 2>&1
+  echo "equivalence: exit $?" | tee -a "$out/steps.txt"
+else
+  echo "equivalence: skipped, deadline" | tee -a "$out/steps.txt"
+fi
+
+[[ -n $smi ]] && kill "$smi"
+cat "$out"/*/gpu_check.md > "$out/tables.md" 2> /dev/null
+ls -la "$out" "$out"/*/

@@ -1,0 +1,161 @@
+"""The speed options (``zerosiam.methods.speed``) change how fast a step runs, not what it computes.
+
+Each option the CPU supports runs beside the eager path on the project's ResNet-26-GN (shipped weights)
+over real corrupted CIFAR-10 batches (``tests/methods/goldens.py``'s stream), for Tent and for ZeroSiam
+(whose online branch reads the feature through a hook on the head): every step's predicted classes must
+be the same, its logits and losses equal to float rounding, and every step must update alike. The
+issue's bar (a 10,000-image stream: accuracy within 0.1 point, the same number of updates) is
+``benchmarks/speed_equivalence.py``, too long for a unit test. ``compile`` needs a C++ compiler on the
+CPU (TorchInductor writes C++) and a minute or two to compile cold, so it is a slow test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+import pytest
+import torch
+
+import zerosiam
+from tests.conftest import TinyGN, needs_assets
+from zerosiam.methods.speed import Speed
+
+STEPS = 4
+# float32 rounding of a reordered reduction (a fused or channels-last kernel), over STEPS updates
+LOGIT_TOLERANCE, LOSS_TOLERANCE = 1e-3, 1e-4
+HAS_COMPILER = any(shutil.which(name) for name in ("g++", "c++", "clang++"))
+
+
+def _steps(method: str, speed: Speed) -> tuple[torch.Tensor, list[dict]]:
+    """Every step's logits and record, adapting the zoo's ResNet-26-GN on the real stream."""
+    from tests.methods import goldens
+
+    torch.manual_seed(0)
+    model = zerosiam.load_model("resnet26_gn")
+    adapter = zerosiam.adapt(
+        model, method, batch_size=goldens.PER_STEP, lr_scale=10.0, compile=speed.compile,
+        channels_last=speed.channels_last,
+    )  # fmt: skip
+    batches = goldens.stream("gaussian_noise")[:STEPS]
+    logits = torch.stack([adapter(x).detach() for x in batches])
+    history = adapter.history
+    adapter.release()
+    return logits, history
+
+
+def _assert_equivalent(method: str, speed: Speed) -> None:
+    eager_logits, eager_history = _steps(method, Speed())
+    logits, history = _steps(method, speed)
+    assert torch.equal(logits.argmax(-1), eager_logits.argmax(-1))
+    assert (logits - eager_logits).abs().max() <= LOGIT_TOLERANCE
+    assert [row["updated"] for row in history] == [row["updated"] for row in eager_history]
+    for row, eager in zip(history, eager_history, strict=True):
+        assert row["loss"] == pytest.approx(eager["loss"], abs=LOSS_TOLERANCE)
+
+
+@needs_assets()
+@pytest.mark.parametrize("method", ["tent", "zerosiam"])
+def test_channels_last_predicts_what_the_eager_path_predicts(method):
+    _assert_equivalent(method, Speed(channels_last=True))
+
+
+@needs_assets()
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_COMPILER, reason="torch.compile on the CPU needs a C++ compiler")
+def test_compile_predicts_what_the_eager_path_predicts():
+    """ZeroSiam: the head's feature hook is traced into the compiled graph, and the backward through the
+    feature must reach the norms as the eager one does."""
+    _assert_equivalent("zerosiam", Speed(compile=True))
+
+
+def test_options_off_leave_the_model_as_it_is(tiny_gn: TinyGN):
+    adapter = zerosiam.adapt(tiny_gn, "zerosiam", lr=1e-3, predictor_lr=1e-3)
+    assert "forward" not in vars(tiny_gn) and not tiny_gn._forward_pre_hooks
+    assert "release" not in vars(adapter)  # the class's own release
+    assert tiny_gn.conv.weight.is_contiguous()
+
+
+def test_channels_last_is_taken_off_by_release(tiny_gn: TinyGN, images):
+    before = tiny_gn(images)
+    adapter = zerosiam.adapt(tiny_gn, "tent", lr=0.0, channels_last=True)
+    assert tiny_gn.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not tiny_gn.conv.weight.is_contiguous()
+    seen = []
+    tiny_gn.conv.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    adapter(images)
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and not seen[0].is_contiguous()
+    assert adapter.release() is tiny_gn
+    assert tiny_gn.conv.weight.is_contiguous() and not tiny_gn._forward_pre_hooks
+    torch.testing.assert_close(tiny_gn(images), before)
+
+
+def test_compile_is_taken_off_by_release(tiny_gn: TinyGN):
+    """Compiling is lazy: nothing is compiled until a forward, so this costs nothing."""
+    adapter = zerosiam.adapt(tiny_gn, "noadapt", compile="reduce-overhead")
+    assert "forward" in vars(tiny_gn)
+    adapter.release()
+    assert "forward" not in vars(tiny_gn)
+
+
+def test_an_unknown_compile_mode_is_refused_before_any_work(tiny_gn: TinyGN):
+    with pytest.raises(ValueError, match="torch.compile mode"):
+        zerosiam.adapt(tiny_gn, "tent", compile="fastest")
+    assert "forward" not in vars(tiny_gn)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit.script is deprecated
+def test_a_torchscript_model_is_refused_and_handed_back(tiny_gn: TinyGN, images):
+    scripted = torch.jit.script(tiny_gn)
+    with pytest.raises(ValueError, match="TorchScript"):
+        zerosiam.adapt(scripted, "noadapt", channels_last=True)
+    assert zerosiam.adapt(scripted, "noadapt")(images).shape == (len(images), 5)
+
+
+@pytest.mark.parametrize(
+    ("speed", "label"),
+    [
+        (Speed(), "eager"),
+        (Speed(channels_last=True), "channels_last"),
+        (Speed(compile=True), "compile"),
+        (Speed("reduce-overhead", True), "compile:reduce-overhead+channels_last"),
+    ],
+)
+def test_a_label_names_the_options_and_reads_back(speed: Speed, label: str):
+    assert speed.label == label and Speed.parse(label) == speed
+    assert Speed("default") == Speed(True)
+
+
+def test_an_unknown_label_is_refused():
+    with pytest.raises(ValueError, match="unknown speed option 'fast'"):
+        Speed.parse("compile+fast")
+
+
+def test_the_bench_carries_the_options_to_its_workers(monkeypatch):
+    """``zerosiam bench --compile --channels-last`` sets ``Execution``; every backend hands its speed to
+    the workers with their tasks, and the worker to the runner."""
+    from zerosiam.bench import tasks
+    from zerosiam.cli import bench as command
+
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", "--compile", "--channels-last"])
+    execution = command._execution(args)
+    assert execution.speed == Speed(True, True)
+    assert command._execution(parser.parse_args(["bench"])).speed == Speed()
+    heard = []
+    monkeypatch.setattr(tasks, "run_stacked", lambda specs, **options: heard.append(options["speed"]) or [])
+    threads = torch.get_num_threads()
+    tasks.run_task([], threads=threads, device="cpu", speed=execution.speed)
+    tasks.run_task([], threads=threads, device="cpu")
+    assert heard == [Speed(True, True), Speed()]
+
+
+def test_an_unknown_compile_mode_on_the_command_line_is_a_usage_error():
+    from zerosiam.cli import bench as command
+    from zerosiam.cli._errors import UsageError
+
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+    with pytest.raises(UsageError, match="--compile"):
+        command._execution(parser.parse_args(["bench", "--compile", "fastest"]))

@@ -1,0 +1,176 @@
+"""Speed options of the model's forward, off by default: channels-last memory format and ``torch.compile``.
+
+Options and not defaults, because which one pays depends on the device, the model and the batch size,
+and compiling costs seconds to minutes before the first step: the eager path stays the default (the
+paper's numbers and the goldens come from it) until a measurement on a device says otherwise
+(``docs/efficiency.md``). Every option must give the eager path's predictions within float rounding
+(``tests/methods/test_speed.py``, ``benchmarks/speed_equivalence.py``).
+
+Both act on the model in place, after the wrapper has set it up, and are undone when the wrapper releases
+it: the adapter keeps the same module tree, so its hooks (the head's ``FeatureTap``, the model's
+``LogitsOutput``), its parameter names (checkpoints) and the head's detection work unchanged.
+
+* ``channels_last``: the 4-d parameters and buffers (convolution weights) are stored channels-last, and a
+  forward pre-hook gives 4-d inputs the same layout, so convolutions run on NHWC tensors without a copy
+  per layer (the layout tensor cores prefer).
+* ``compile``: the model's ``forward`` is replaced, on the instance, by ``torch.compile(forward)``. Its
+  submodules' hooks (the head's ``FeatureTap``) are traced into the graph, and the backward through it is
+  compiled too; the model's own hooks (``LogitsOutput``, the input's layout) run eagerly around it. Dynamo
+  guards on the hooks, so a hook added or removed later recompiles rather than replays a stale one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from zerosiam.methods.online import OnlineModel
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# A benchmark worker runs many methods, precisions and batch shapes through one model class's forward;
+# each is a compiled entry of that code object. Past torch's default of 8, dynamo would silently fall back
+# to the eager forward.
+RECOMPILE_LIMIT = 64
+Undo = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How the model's forward runs: ``compile`` (False, True for torch's default mode, or a mode name)
+    and ``channels_last``. ``Speed()`` is the eager path."""
+
+    compile: bool | str = False
+    channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            modes = ", ".join(COMPILE_MODES)
+            raise ValueError(
+                f"compile takes True, False or a torch.compile mode ({modes}), not {self.compile!r}"
+            )
+        if self.compile == "default":  # one value for one meaning: Speed("default") == Speed(True)
+            object.__setattr__(self, "compile", True)
+
+    @property
+    def mode(self) -> str | None:
+        """The ``torch.compile`` mode, or None when the forward is not compiled."""
+        if self.compile is True:
+            return "default"
+        return self.compile or None
+
+    @property
+    def eager(self) -> bool:
+        """Whether every option is off: the model is left as it is."""
+        return self.mode is None and not self.channels_last
+
+    @property
+    def label(self) -> str:
+        """``eager``, ``channels_last``, ``compile``, ``compile:reduce-overhead+channels_last``, ...:
+        the options as a table's row and ``parse`` read them."""
+        mode = self.mode
+        parts = [] if mode is None else ["compile" if mode == "default" else f"compile:{mode}"]
+        parts += ["channels_last"] if self.channels_last else []
+        return "+".join(parts) or "eager"
+
+    @classmethod
+    def parse(cls, label: str) -> Speed:
+        """The options a ``label`` names; a one-line ``ValueError`` for anything else."""
+        compile_: bool | str = False
+        channels_last = False
+        for part in filter(None, label.strip().split("+")):
+            name, _, mode = part.partition(":")
+            if name == "channels_last" and not mode:
+                channels_last = True
+            elif name == "compile":
+                compile_ = mode or True
+            elif name != "eager" or mode:
+                raise ValueError(
+                    f"unknown speed option {part!r} in {label!r}; use eager, channels_last, compile"
+                )
+        return cls(compile_, channels_last)
+
+    def apply(self, model: nn.Module) -> Undo:
+        """Put the options on ``model`` in place; returns what puts it back as it was."""
+        if isinstance(model, torch.jit.ScriptModule):
+            raise ValueError(f"{self.label} does not apply to a TorchScript model: it takes no hooks")
+        undos = [_channels_last(model)] if self.channels_last else []
+        if self.mode is not None:
+            undos.append(_compiled(model, self.mode))
+
+        def undo() -> None:
+            for step in reversed(undos):
+                step()
+
+        return undo
+
+
+def with_speed(wrapper: OnlineModel, speed: Speed) -> OnlineModel:
+    """``wrapper``'s model with ``speed``'s options on, taken off again by ``wrapper.release()``, which
+    hands the model back as it came. Applied after the wrapper is built, so its hooks are in place
+    before a compiler traces the forward and its preparation (EATA's Fisher) ran eagerly."""
+    if speed.eager:
+        return wrapper
+    try:
+        undo = speed.apply(wrapper.model)
+    except ValueError:
+        wrapper.release()  # the model goes back as it came, then the one-line error
+        raise
+    wrapper.when_released(undo)
+    return wrapper
+
+
+def _channels_last(model: nn.Module) -> Undo:
+    """The model's 4-d tensors stored channels-last, and its 4-d inputs given that layout; a model
+    without any (no convolution) is left as it is."""
+    converted = [
+        tensor
+        for tensor in (*model.parameters(), *model.buffers())
+        if tensor.ndim == 4 and not tensor.is_contiguous(memory_format=torch.channels_last)
+    ]
+    for tensor in converted:
+        tensor.data = tensor.data.contiguous(memory_format=torch.channels_last)
+    hook = model.register_forward_pre_hook(_channels_last_input) if converted else None
+
+    def undo() -> None:
+        if hook is not None:
+            hook.remove()
+        for tensor in converted:
+            tensor.data = tensor.data.contiguous()
+
+    return undo
+
+
+def _channels_last_input(module: nn.Module, args: tuple) -> tuple | None:
+    """A forward pre-hook: the first argument in channels-last layout when it is a 4-d tensor."""
+    if not args or not isinstance(args[0], Tensor) or args[0].ndim != 4:
+        return None
+    return (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
+
+
+def _compiled(model: nn.Module, mode: str) -> Undo:
+    """The model's ``forward`` compiled on the instance; the undo puts back what was there."""
+    _allow_recompiles(RECOMPILE_LIMIT)
+    own = model.__dict__.get("forward")  # a forward set on the instance, to put back
+    model.forward = torch.compile(model.forward, mode=mode)
+
+    def undo() -> None:
+        with contextlib.suppress(AttributeError):
+            del model.forward
+        if own is not None:
+            model.forward = own
+
+    return undo
+
+
+def _allow_recompiles(limit: int) -> None:
+    """Raise dynamo's limit of compiled entries per code object to at least ``limit`` (its name changed
+    from ``cache_size_limit`` to ``recompile_limit`` in torch 2.6)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), limit))
