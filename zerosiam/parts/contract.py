@@ -4,7 +4,9 @@ Parts (selection rules, weights, regularizers, optimizer steps, recovery rules) 
 learner: the image ``Adapter`` and the language-model adapter run the very same recipe objects. So a part
 never knows which adapter it serves. It sees a ``Batch`` (one forward's logits and what rules need
 besides) and, where it must move weights (SAM) or read them (EATA's Fisher), a ``Learner``: the few
-members a step uses, nothing more. Both adapters implement ``Learner``; parts depend on this module only.
+members a step uses, nothing more. Both adapters implement ``Learner``; parts depend on this module and
+on the layout it names (``zerosiam.parts.layout``: one stream or B stacked), nothing else of a learner.
+A guard (``zerosiam.parts.guards``) may use a little more: the ``GuardedLearner``.
 """
 
 from __future__ import annotations
