@@ -285,12 +285,9 @@ def _resume(
     return saved["step"], saved["seconds"], saved["waited"]
 
 
-def _adapter(
-    spec: RunSpec, model: nn.Module, batch_size: int, streams: int = 1, speed: Speed | None = None
-) -> Adapter | Relay:
+def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int, speed: Speed) -> Adapter | Relay:
     """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's.
     ``speed`` gives each leg its options, unless a grid set them as hyper-parameters of its own."""
-    speed = speed or Speed()
     options = {"compile": speed.compile, "channels_last": speed.channels_last}
 
     def build(model: nn.Module, method: str, hparams: dict[str, Any]) -> Adapter:

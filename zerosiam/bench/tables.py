@@ -161,11 +161,13 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+_NAMED_DEFAULTS = {key: value for key, value in LATER_FIELDS.items() if value not in (None, {}, [])}
+
+
 def _variant(spec: Mapping[str, Any]) -> dict[str, Any]:
     """What, apart from placement, distinguishes a run: its settings and its hparams; a younger field
     with a named default (the guard ``none``) is named even in rows stored before it existed."""
-    named_defaults = {key: value for key, value in LATER_FIELDS.items() if value not in (None, {}, [])}
-    return {**named_defaults, **_settings(spec), **(spec.get("hparams") or {})}
+    return {**_NAMED_DEFAULTS, **_settings(spec), **(spec.get("hparams") or {})}
 
 
 def format_value(value: Any) -> str:
