@@ -1,4 +1,4 @@
-"""A speed option on the issue's bar (the same results as the eager path), and its step time beside it.
+"""A speed option against its bar (the same results as the eager path), and its step time beside it.
 
     PYTHONPATH=. python benchmarks/speed_equivalence.py --device cuda --options channels_last,compile
     PYTHONPATH=. python benchmarks/speed_equivalence.py --timing --steps 20 --repeats 3 --device cpu
@@ -7,7 +7,7 @@ Equivalence (the default): the eager path and each option run the benchmark's ow
 (``zerosiam.bench.runner.run``, what ``zerosiam bench --compile --channels-last`` runs) over the project's
 CIFAR-10-C, gaussian_noise at severity 5 (10,000 images, protocol mild, batch 64). An option passes when
 its online accuracy is within 0.1 point of the eager path's and it made the same number of updates
-(issue 40's bar); the script exits with 1 when one does not. On the 2-core development machine a run
+; the script exits with 1 when one does not. On the 2-core development machine a run
 takes about a minute (ResNet-26-GN), and compiling 1-2 minutes more; on a GPU, seconds and the compiling.
 
 Timing (``--timing``): a step's wall time and CPU time on real batches of 64 already in memory, after a

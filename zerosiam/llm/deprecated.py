@@ -1,6 +1,5 @@
-"""The language learner's old names, kept working for one release (issue 37, "two learners, two
-vocabularies"): it now says what the image learner says, and each use of an old name warns once with
-a ``DeprecationWarning`` that names the new one.
+"""The language learner's old names, kept working for one release: it now says what the image learner
+says, and each use of an old name warns once with a ``DeprecationWarning`` that names the new one.
 
     LMConfig            → LMSettings        (the learner's settings, as ``methods.Settings``)
     lr_predictor        → predictor_lr      (η_h, as ``Settings.predictor_lr``)
