@@ -6,8 +6,8 @@
 Equivalence (the default): the eager path and each option run the benchmark's own run
 (``zerosiam.bench.runner.run``, what ``zerosiam bench --compile --channels-last`` runs) over the project's
 CIFAR-10-C, gaussian_noise at severity 5 (10,000 images, protocol mild, batch 64). An option passes when
-its online accuracy is within 0.1 point of the eager path's and it made the same number of updates
-; the script exits with 1 when one does not. On the 2-core development machine a run
+its online accuracy is within 0.1 point of the eager path's and it made the same number of updates;
+the script exits with 1 when one does not. On the 2-core development machine a run
 takes about a minute (ResNet-26-GN), and compiling 1-2 minutes more; on a GPU, seconds and the compiling.
 
 Timing (``--timing``): a step's wall time and CPU time on real batches of 64 already in memory, after a
