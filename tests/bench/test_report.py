@@ -522,3 +522,22 @@ def test_a_stream_sweep_compares_each_line_with_the_noadapt_of_its_stream():
     assert table.cell("Tent (imbalance_ratio=1)", "fog").worse  # 65 < 70
     assert not table.cell("Tent (imbalance_ratio=10)", "fog").worse  # 62 > 60, though < 70
     assert table.notes == ["Several NoAdapt lines; each line is compared with the one of its settings."]
+
+
+def test_a_note_counts_each_lines_resets_and_guard_triggers():
+    runs = [
+        make_row("noadapt", "fog", 0.5),
+        make_row("sar", "fog", 0.6),
+        make_row("sar", "fog", 0.6, seed=1),
+        make_row("tent", "fog", 0.4, hparams={"lr_scale": 10.0}),
+        make_row("tent", "fog", 0.5),
+    ]
+    runs[1]["metrics"]["recoveries"] = 2
+    runs[2]["metrics"]["recoveries"] = 3
+    runs[3]["metrics"].update(recoveries=0, guard_triggers=4)
+    assert only_table(runs).notes == [
+        "Put back, summed over each line's runs: Tent (lr_scale=10) 4 guard triggers; SAR 5 resets."
+    ]
+    for run in runs:
+        run["metrics"].pop("recoveries", None), run["metrics"].pop("guard_triggers", None)
+    assert only_table(runs).notes == []  # nothing put back, nothing said

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench.conftest import TinyLN
 from zerosiam import corruptions
 from zerosiam.bench.store import ResultStore
@@ -141,3 +143,38 @@ def test_a_selection_over_more_candidates_supersedes_the_one_it_extends(tmp_path
         spec = {"model": "m", "dataset": "cifar10c", "method": "sar", "candidates": sorted(table)}
         store.put(name, SELECTION_KIND, spec, {"chosen": {"lr_scale": scale}, "candidates": table}, {}, {})
     assert selected_hparams(store, "m", "cifar10c", "sar") == {"lr_scale": 100.0}
+
+
+def test_a_selection_wearing_a_guard_is_recorded_apart_and_never_feeds_a_grid(
+    fake_domains, tiny_model, tmp_path, capsys
+):
+    from tests.bench.test_report import report_main
+    from zerosiam.bench.grid import Grid
+    from zerosiam.bench.select import SELECTION_KIND, select_on_held_out, with_selected_rates
+
+    store = ResultStore(tmp_path / "select.db")
+    options = {"backend": "inline", "progress": False}
+    select_on_held_out("tiny", ["tent"], {"lr_scale": [1.0, 10.0]}, store, guard="auto", **options)
+    (guarded,) = store.rows(SELECTION_KIND)
+    assert guarded["spec"]["guard"] == "auto"
+    assert {row["spec"]["guard"] for row in store.rows("vision")} == {"auto"}  # every candidate wore it
+    grid = Grid(models=["tiny"], methods=["tent"], corruptions=["fog"], rates="selected")
+    with pytest.raises(ValueError, match="no learning rate selected for 'tent'"):
+        with_selected_rates(grid.specs(), store)
+    (plain,) = select_on_held_out("tiny", ["tent"], {"lr_scale": [1.0, 10.0]}, store, **options)
+    assert "guard" not in store.rows(SELECTION_KIND)[-1]["spec"]  # the id an unguarded one always had
+    assert with_selected_rates(grid.specs(), store)[0].hparams == plain.hparams
+    assert report_main(["--db", str(store.path), "--selections"]) == 0
+    printed = capsys.readouterr().out
+    assert "| tiny | Tent (guard=auto) |" in printed and "| tiny | Tent |" in printed
+
+
+def test_select_lr_refuses_an_unknown_guard_before_any_work(tmp_path, capsys):
+    from zerosiam.cli import main
+
+    db = tmp_path / "select.db"
+    with pytest.raises(SystemExit) as stop:
+        main(["select-lr", "--model", "resnet20", "--lr-scale", "1,3", "--guard", "always", "--db", str(db)])
+    assert stop.value.code == 2
+    assert "unknown guard 'always'; choose one of none, rdumb, sar, auto" in capsys.readouterr().err
+    assert not db.exists()

@@ -144,7 +144,10 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]], *, caption: bool = Fa
                 value = metrics["candidates"].get(key)
                 text = MISSING if value is None else f"{100 * value:.1f}"
                 cells.append(f"**{text}**" if key == chosen else text)
-            lines.append(_md_row([row["spec"]["model"], method_name(row["spec"]["method"]), *cells]))
+            method = method_name(row["spec"]["method"])
+            guard = row["spec"].get("guard", "none")
+            method += f" (guard={guard})" if guard != "none" else ""
+            lines.append(_md_row([row["spec"]["model"], method, *cells]))
         corruptions = ", ".join(members[0]["spec"]["corruptions"])
         lines += ["", f"Bold: the chosen rate. Mean online accuracy over {corruptions}."]
         blocks.append("\n".join(lines))

@@ -3,7 +3,9 @@
 ``select_on_held_out`` sweeps learning rates on the four extra corruptions only (speckle noise, Gaussian
 blur, spatter, saturate), a held-out set fair to the benchmark (``docs/benchmark.md``, "Choosing learning
 rates without the benchmark"), and picks the best mean online accuracy; the 15 benchmark corruptions are
-never touched. ``data_free_predictor_lr`` is the paper's appendix recipe for η_h: adapt on pure
+never touched. A selection made wearing a guard (``guard="auto"``) is recorded apart: it answers which
+rate to take with that guard, while a grid's ``rates: selected`` always takes the unguarded choice, so
+that a guard is judged at the rates its method would run at without it. ``data_free_predictor_lr`` is the paper's appendix recipe for η_h: adapt on pure
 Gaussian-noise images and keep the η_h under which the model's mean prediction entropy changes least,
 i.e. the rate that is least disruptive when there is nothing to learn.
 """
@@ -31,6 +33,7 @@ from zerosiam.parts.losses import entropy
 from zerosiam.protocols.build import pure_noise
 
 SELECTION_KIND = "lr_selection"
+NO_GUARD = "none"
 DATA_FREE_KIND = "data_free_selection"  # the data-free η_h choices: |ΔH| per candidate, not accuracies
 
 
@@ -53,11 +56,12 @@ def select_on_held_out(
     protocol: str = "mild",
     limit: int | None = None,
     seed: int = 0,
+    guard: str = NO_GUARD,
     **execution: Any,
 ) -> list[Choice]:
-    """Run the sweep on the extra corruptions, record and return the best hparams of each method (the
-    best mean online accuracy over the four; a tie goes to the candidate listed first). ``execution``
-    holds the fields of an ``Execution`` (backend, workers, device, progress, ...)."""
+    """Run the sweep on the extra corruptions, every method wearing ``guard``, record and return the best
+    hparams of each method (the best mean online accuracy over the four; a tie goes to the candidate
+    listed first). ``execution`` holds the fields of an ``Execution`` (backend, workers, device, ...)."""
     grid = Grid(
         models=[model],
         methods=methods,
@@ -68,6 +72,7 @@ def select_on_held_out(
         dataset=dataset,
         limit=limit,
         sweep=sweep,
+        guards=[guard],
     )
     specs = grid.specs()
     assert not {s.corruption for s in specs} & set(corruptions.BENCHMARK)  # held out by construction
@@ -91,7 +96,7 @@ def select_on_held_out(
         table = {key: float(np.mean(accuracies[method, key])) for key in listed}
         best = max(table, key=table.get)
         choice = Choice(method, hparams_of[best], table[best], table)
-        _record(store, model, dataset, severity, protocol, limit, seed, choice)
+        _record(store, model, dataset, severity, protocol, limit, seed, guard, choice)
         choices.append(choice)
     return choices
 
@@ -108,9 +113,10 @@ def _record(
     protocol: str,
     limit: int | None,
     seed: int,
+    guard: str,
     choice: Choice,
 ) -> None:
-    spec = {
+    spec: dict[str, Any] = {
         "model": model,
         "dataset": dataset,
         "severity": severity,
@@ -121,12 +127,15 @@ def _record(
         "corruptions": list(corruptions.EXTRA),
         "candidates": sorted(choice.table),
     }
+    if guard != NO_GUARD:  # an unguarded selection keeps the id it always had
+        spec["guard"] = guard
     metrics = {"chosen": choice.hparams, "accuracy": choice.accuracy, "candidates": choice.table}
     store.put(run_id_for(spec), SELECTION_KIND, spec, metrics, {}, {}, replace=True)
 
 
 def selected_hparams(store: ResultStore, model: str, dataset: str, method: str) -> dict[str, Any]:
-    """The rates ``select-lr`` chose for ``method`` on ``model`` and ``dataset``, read from the store.
+    """The rates ``select-lr`` chose for ``method`` on ``model`` and ``dataset`` without a guard, read
+    from the store.
 
     Raises a ``ValueError`` naming the command to run when there is no choice, and when the store holds
     several selections that disagree (say, made on two protocols): a table must say which it used.
@@ -140,7 +149,7 @@ def current_selections(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     past a choice at the edge of the grid (``--lr-scale ...,30,100``) replaces the earlier choice."""
 
     def key(row: dict[str, Any]) -> tuple[Any, ...]:
-        return row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]
+        return row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"], selection_guard(row)
 
     def candidates(row: dict[str, Any]) -> set[str]:
         return set(row["metrics"].get("candidates", ()))
@@ -152,12 +161,19 @@ def current_selections(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def selection_guard(row: dict[str, Any]) -> str:
+    """The guard a selection's runs wore (``none`` for every selection recorded before guards)."""
+    return row["spec"].get("guard", NO_GUARD)
+
+
 def _chosen(rows: list[dict[str, Any]], path: Path, model: str, dataset: str, method: str) -> dict[str, Any]:
-    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path``."""
+    """``selected_hparams`` over already-read selection ``rows`` of the store at ``path`` (the unguarded
+    selections only)."""
+    wanted = (model, dataset, method, NO_GUARD)
     chosen = {
         _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
         for row in current_selections(rows)
-        if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"]) == (model, dataset, method)
+        if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"], selection_guard(row)) == wanted
     }
     if not chosen:
         raise ValueError(

@@ -19,7 +19,9 @@ Conventions (also in docs/report.md):
   ``metrics.per_domain`` and adds an ``Overall`` column with the whole stream's accuracy;
 * ``by_seed`` turns the columns into seeds: each seed's average over the corruptions, then the average
   over seeds with its std, so that a reader sees whether an ordering holds in every seed, not only in the
-  mean.
+  mean;
+* a note under the table counts, per line, the resets of a recovery rule (SAR's) and the triggers of a
+  guard over the line's runs, so that a reader sees which lines were put back and how often.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ OVERALL = "overall"
 SEED_COLUMN = "Seed "  # a by-seed table's column of one seed: "Seed 0", "Seed 1", ...
 MISSING = "–"  # a cell with no result
 WORSE_MARK = "↓"  # a cell below NoAdapt's
+# Metrics counting times a run was put back, and how a note names them.
+EVENTS: tuple[tuple[str, str], ...] = (("recoveries", "reset"), ("guard_triggers", "guard trigger"))
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e-?\d+)?)")
 
 COLUMN_NAMES: dict[str, str] = {
@@ -333,6 +337,27 @@ def _missing_notes(
             table.notes.append(f"{method}: no result for {names}; the means that need them are left blank.")
 
 
+def _events_note(table: Table, rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> None:
+    """One note counting, per line, its runs' resets and guard triggers (:data:`EVENTS`); none when no
+    run of the table was put back."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in rows:
+        metrics = row.get("metrics") or {}
+        for key, _ in EVENTS:
+            counts[labels[row["run_id"]]][key] += int(metrics.get(key) or 0)
+    parts = []
+    for method in table.methods:
+        found = [_count_of(counts[method][key], name) for key, name in EVENTS if counts[method][key]]
+        if found:
+            parts.append(f"{method} {' and '.join(found)}")
+    if parts:
+        table.notes.append("Put back, summed over each line's runs: " + "; ".join(parts) + ".")
+
+
+def _count_of(count: int, name: str) -> str:
+    return f"{count} {name}" if count == 1 else f"{count} {name}s"
+
+
 def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by_seed: bool) -> Table:
     """The table of one (dataset, model, protocol, severity) from its rows. Runs on the extra corruptions
     (e.g. a sweep on the held-out set) are left out before labelling, so that they neither add empty lines
@@ -358,6 +383,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     table = Table(*key, columns=columns, methods=methods, cells=cells)
     _mark_worse(table, _baselines(table, method_of, setting_of))
     _missing_notes(table, per_label, shown)
+    _events_note(table, rows, labels)
     if ignored:
         table.notes.append(f"{ignored} run(s) on corruptions outside the 15 of the benchmark are not shown.")
     return table

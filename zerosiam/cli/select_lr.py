@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--protocol", default="mild")
     parser.add_argument("--limit", type=positive_int, help="images per corruption (seeded subset)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--guard",
+        default="none",
+        help="the guard every candidate wears: none (default), rdumb, sar, auto; a guarded choice is "
+        "recorded apart and never used by a grid's `rates: selected`",
+    )
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
     parser.add_argument("--workers", type=positive_int)
     parser.add_argument("--device", type=device_name, default="cpu", help="auto, cpu, cuda or cuda:N")
@@ -52,6 +58,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=main)
 
 
+def check_guard(name: str, data_free: bool) -> None:
+    """One line naming the choices for an unknown guard; the data-free choice adapts on noise, which a
+    guard has no business judging."""
+    from zerosiam.parts.guards import GUARDS
+
+    if name not in GUARDS:
+        raise UsageError(f"unknown guard {name!r}; choose one of {', '.join(GUARDS)}")
+    if data_free and name != "none":
+        raise UsageError("--data-free adapts on pure noise, unguarded; drop --guard")
+
+
 def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.device import resolve_device
     from zerosiam.bench.select import data_free_predictor_lr, select_on_held_out
@@ -59,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
 
     refuse_text_store(args.db)
     device = resolve_device(args.device)  # checked when the flags were read
+    check_guard(args.guard, data_free=args.data_free)
     if args.data_free:
         describe(args.model, {})  # noise needs no labels, but the model must load
         if not args.predictor_lr:
@@ -89,6 +107,7 @@ def main(args: argparse.Namespace) -> int:
         protocol=args.protocol,
         limit=args.limit,
         seed=args.seed,
+        guard=args.guard,
         workers=args.workers,
         device=args.device,
     )
