@@ -5,9 +5,11 @@ blur, spatter, saturate), a held-out set fair to the benchmark (``docs/benchmark
 rates without the benchmark"), and picks the best mean online accuracy; the 15 benchmark corruptions are
 never touched. A selection made wearing a guard (``guard="auto"``) is recorded apart: it answers which
 rate to take with that guard, while a grid's ``rates: selected`` always takes the unguarded choice, so
-that a guard is judged at the rates its method would run at without it. ``data_free_predictor_lr`` is the paper's appendix recipe for η_h: adapt on pure
-Gaussian-noise images and keep the η_h under which the model's mean prediction entropy changes least,
-i.e. the rate that is least disruptive when there is nothing to learn.
+that a guard is judged at the rates its method would run at without it.
+
+``data_free_predictor_lr`` is the paper's appendix recipe for η_h: adapt on pure Gaussian-noise images
+and keep the η_h under which the model's mean prediction entropy changes least, i.e. the rate that is
+least disruptive when there is nothing to learn.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def _chosen(rows: list[dict[str, Any]], path: Path, model: str, dataset: str, me
     chosen = {
         _label(row["metrics"]["chosen"]): row["metrics"]["chosen"]
         for row in current_selections(rows)
-        if (row["spec"]["model"], row["spec"]["dataset"], row["spec"]["method"], selection_guard(row)) == wanted
+        if (*(row["spec"][k] for k in ("model", "dataset", "method")), selection_guard(row)) == wanted
     }
     if not chosen:
         raise ValueError(
