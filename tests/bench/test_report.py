@@ -388,6 +388,20 @@ def test_diagnostics_figure_is_a_png(plots, tmp_path):
         plots.plot_diagnostics([], tmp_path / "none.png")
 
 
+def test_the_accuracy_panel_marks_where_a_guard_fired(plots):
+    from matplotlib.figure import Figure
+
+    fired = [0.0] * 10
+    fired[3] = fired[7] = 1.0
+    row = make_row("tent", "fog", 0.6, curves={"accuracy": [0.5] * 10, "guard": fired})
+    ax = Figure().subplots()
+    plots._draw_panel(
+        ax, [row, make_row("noadapt", "fog", 0.6, curves={"accuracy": [0.5] * 10})], ["a", "b"], "accuracy"
+    )
+    marks = [line for line in ax.get_lines() if line.get_marker() == "v"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [4, 8]  # steps count from 1
+
+
 def sweep_rows() -> list[dict[str, Any]]:
     """η_f in {1e-4, 1e-3}, η_h in {1e-3, 1e-2, 1e-1}, two seeds, one pair never run."""
     found = []

@@ -2,7 +2,7 @@
 
 * :func:`plot_diagnostics`: one panel per quantity the paper tracks over the stream (online accuracy as a
   running mean, mean logit norm, centre dominance, ``‖θ_h − I‖_F``, the entropy and the divergence terms),
-  one line per run;
+  one line per run, a triangle on the accuracy line wherever a guard put the run back;
 * :func:`plot_lr_heatmap`: accuracy of a learning-rate sweep on a grid (rows ``η_f``, columns ``η_h``);
 * :func:`plot_summary`: the scenario × model grid of ZeroSiam − NoAdapt with ZeroSiam's rank in each cell.
 
@@ -118,9 +118,22 @@ def _draw_panel(ax: Any, rows: Sequence[Mapping[str, Any]], labels: Sequence[str
             # an invisible entry keeps the shared legend (taken from the first panel) complete
             ax.plot([], [], color=f"C{index % 10}", label=label)
             continue
-        ax.plot(np.arange(1, len(values) + 1), values, color=f"C{index % 10}", label=label, linewidth=1.3)
+        steps = np.arange(1, len(values) + 1)
+        ax.plot(steps, values, color=f"C{index % 10}", label=label, linewidth=1.3)
+        if key == "accuracy":
+            _mark_triggers(ax, row, steps, values, f"C{index % 10}")
         drawn = True
     return drawn
+
+
+def _mark_triggers(
+    ax: Any, row: Mapping[str, Any], steps: np.ndarray, values: np.ndarray, colour: str
+) -> None:
+    """A triangle on the run's line at every step where its guard put a stream back."""
+    fired = np.asarray((row.get("curves") or {}).get("guard") or [], dtype=float)
+    at = np.flatnonzero(np.nan_to_num(fired[: len(values)]) > 0)
+    if at.size:
+        ax.plot(steps[at], values[at], linestyle="none", marker="v", markersize=7, color=colour)
 
 
 def _accuracy(row: Mapping[str, Any]) -> float | None:

@@ -72,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "among the adapting methods (summary.md and, with --plot, summary.png under --out)",
     )
     parser.add_argument(
+        "--guards",
+        action="store_true",
+        help="instead of the tables, each guard's goals over the rows (docs/guard.md): cells more than a "
+        "point below NoAdapt, the share of the unguarded gain kept, triggers per 100 mild batches",
+    )
+    parser.add_argument(
         "--selections", action="store_true", help="the learning rates `zerosiam select-lr` chose, instead"
     )
     parser.add_argument(
@@ -121,6 +127,8 @@ def run_report(args: argparse.Namespace) -> int:
         rows = [row for row in rows if row["run_id"] in wanted]
     if args.summary:
         return _print_summary(rows, args)
+    if args.guards:
+        return _print_guards(rows)
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
@@ -163,6 +171,18 @@ def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) 
     if args.out:
         for path in _write_summary(found, text, Path(args.out), args.plot):
             print(f"wrote {path}")
+    return 0
+
+
+def _print_guards(rows: Sequence[Mapping[str, Any]]) -> int:
+    """Print the guards' goals over ``rows`` (a guard grid's, with ``--grid``)."""
+    from zerosiam.bench.guard_goals import guard_scores, to_markdown
+
+    scores = guard_scores(rows)
+    if not scores:
+        print("no adapting runs match these filters", file=sys.stderr)
+        return 1
+    print(to_markdown(scores), end="")
     return 0
 
 

@@ -1,0 +1,54 @@
+"""The guards' goals computed from a grid's rows (docs/guard.md)."""
+
+from __future__ import annotations
+
+from tests.bench.test_report import make_row, report_main
+from zerosiam.bench.guard_goals import guard_scores, to_markdown
+
+
+def guarded(method: str, corruption: str, accuracy: float, guard: str, **kwargs) -> dict:
+    row = make_row(method, corruption, accuracy, **kwargs)
+    row["spec"]["guard"] = guard
+    row["run_id"] += f"-{guard}"
+    return row
+
+
+def test_each_guard_counts_its_losses_gain_kept_and_false_alarms():
+    rows = [
+        make_row("noadapt", "fog", 0.60),
+        make_row("noadapt", "snow", 0.50),
+        make_row("noadapt", "fog", 0.70, protocol="label_shift"),
+        make_row("tent", "fog", 0.20, protocol="label_shift"),  # unguarded: a collapse, no "guard" key
+        guarded("tent", "fog", 0.695, "auto", protocol="label_shift"),  # within a point: not lost
+        guarded("tent", "fog", 0.40, "sar", protocol="label_shift"),
+        make_row("zerosiam", "fog", 0.64),  # gains 4 points
+        make_row("zerosiam", "snow", 0.52),  # and 2
+        guarded("zerosiam", "fog", 0.63, "auto"),  # keeps 3
+        guarded("zerosiam", "snow", 0.52, "auto"),  # and 2: 5 of 6
+        guarded("zerosiam", "fog", 0.58, "sar"),  # loses 2
+        guarded("zerosiam", "snow", 0.51, "sar"),  # keeps 1: −1 of 6
+        guarded("tent", "fog", 0.6, "auto", model="other", protocol="label_shift"),  # no NoAdapt: not judged
+    ]
+    rows[8]["metrics"].update(steps=100, guard_triggers=1)
+    rows[9]["metrics"].update(steps=100, guard_triggers=0)
+    none, auto, sar = guard_scores(rows)
+    assert (none.guard, none.cells, len(none.lost), none.gain_kept) == ("none", 3, 1, 1.0)
+    assert (auto.guard, auto.cells, auto.lost) == ("auto", 3, ())
+    assert round(auto.gain_kept, 6) == round(5 / 6, 6) and auto.alarms_per_100 == 0.5
+    assert sar.guard == "sar" and len(sar.lost) == 2 and round(sar.gain_kept, 6) == round(-1 / 6, 6)
+    assert sar.lost[0] == "resnet20 Tent, label_shift, Fog: 40.0 (NoAdapt 70.0)"
+    text = to_markdown([none, auto, sar])
+    assert "| auto | 3 | 0 | 83 % | 0.50 (1 in 200) |" in text
+    assert "| none | 3 | 1 | 100 % | – |" in text
+    assert "Lost with `sar`:" in text and "Lost with `none`" not in text
+
+
+def test_report_prints_the_goals_and_says_when_nothing_adapts(tmp_path, capsys):
+    from zerosiam.bench.store import ResultStore
+
+    store = ResultStore(tmp_path / "guards.db")
+    for row in (make_row("noadapt", "fog", 0.6), guarded("tent", "fog", 0.5, "auto")):
+        store.put(row["run_id"], "vision", row["spec"], row["metrics"], {}, {})
+    assert report_main(["--db", str(store.path), "--guards"]) == 0
+    assert "| auto | 1 | 1 |" in capsys.readouterr().out
+    assert report_main(["--db", str(store.path), "--guards", "--methods", "noadapt"]) == 1

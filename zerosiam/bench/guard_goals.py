@@ -1,0 +1,123 @@
+"""How a guard is judged, from the runs of a guard grid: the four goals of ``docs/guard.md``.
+
+A *cell* is one adapting run's setting without its guard (model, method, rates, stream, corruption,
+seed, ...); its NoAdapt is the unguarded, non-adapting run of the same stream. Per guard:
+
+* **lost**: the cells that end more than :data:`LOSS` points below their NoAdapt (the goal: none);
+* **gain kept**: where the unguarded method beats NoAdapt, the guarded gain summed over those cells as a
+  share of the unguarded gain summed over them (the goal: at least 90 %);
+* **false alarms**: on the mild streams (nothing collapses there at the chosen rates), the guard's
+  triggers per 100 batches (the goal: under 1).
+
+The third goal, ahead of the guards people use, is the comparison of these rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zerosiam.bench.names import method_name
+from zerosiam.bench.spec import LATER_FIELDS
+from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
+
+LOSS = 1.0  # points below NoAdapt that count as a loss
+UNGUARDED = LATER_FIELDS["guard"]
+MILD = "mild"
+# Spec fields that do not change the stream a NoAdapt run sees.
+_NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
+
+
+@dataclass(frozen=True)
+class GuardScore:
+    """One guard's goals over the cells it ran: see the module docstring."""
+
+    guard: str
+    cells: int
+    lost: tuple[str, ...]
+    gain_kept: float | None  # a fraction; None where the unguarded method gained nowhere
+    mild_batches: int
+    mild_triggers: int
+
+    @property
+    def alarms_per_100(self) -> float | None:
+        """None without mild runs, and for no guard, which cannot trigger."""
+        if self.guard == UNGUARDED or not self.mild_batches:
+            return None
+        return 100 * self.mild_triggers / self.mild_batches
+
+
+def _key(spec: Mapping[str, Any], drop: Iterable[str]) -> str:
+    dropped = set(drop)
+    return json.dumps({k: v for k, v in spec.items() if k not in dropped}, sort_keys=True, default=str)
+
+
+def _label(spec: Mapping[str, Any]) -> str:
+    """A cell as a reader names it: model, method and its settings, stream, corruption."""
+    settings = ", ".join(f"{k}={format_value(v)}" for k, v in sorted((spec.get("hparams") or {}).items()))
+    method = method_name(spec["method"]) + (f" ({settings})" if settings else "")
+    corruption = COLUMN_NAMES.get(spec["corruption"], spec["corruption"])
+    return f"{spec['model']} {method}, {spec['protocol']}, {corruption}"
+
+
+def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
+    """The goals of every guard among ``rows`` (vision rows of one store), ``none`` first. Cells without
+    a NoAdapt run of their stream are left out; accuracies are compared in points."""
+    baseline: dict[str, float] = {}
+    accuracy: dict[str, dict[str, float]] = defaultdict(dict)  # guard → cell → accuracy (points)
+    specs: dict[str, Mapping[str, Any]] = {}
+    mild: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # guard → [batches, triggers]
+    for row in rows:
+        spec, metrics = row["spec"], row["metrics"]
+        points = 100 * metrics["accuracy"]
+        if spec["method"] == BASELINE:
+            baseline[_key(spec, _NOT_THE_STREAM)] = points
+            continue
+        guard = spec.get("guard", UNGUARDED)
+        cell = _key(spec, {"guard"})
+        accuracy[guard][cell], specs[cell] = points, spec
+        if spec["protocol"] == MILD:
+            mild[guard][0] += int(metrics.get("steps") or 0)
+            mild[guard][1] += int(metrics.get("guard_triggers") or 0)
+    reference = {cell: baseline.get(_key(spec, _NOT_THE_STREAM)) for cell, spec in specs.items()}
+    unguarded = accuracy.get(UNGUARDED, {})
+    scores = []
+    for guard in sorted(accuracy, key=lambda name: (name != UNGUARDED, name)):
+        judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
+        lost = tuple(
+            f"{_label(specs[cell])}: {value:.1f} (NoAdapt {reference[cell]:.1f})"
+            for cell, value in sorted(judged.items(), key=lambda item: _label(specs[item[0]]))
+            if value < reference[cell] - LOSS
+        )
+        gaining = [cell for cell in judged if cell in unguarded and unguarded[cell] > reference[cell]]
+        gained = sum(unguarded[cell] - reference[cell] for cell in gaining)
+        kept = sum(judged[cell] - reference[cell] for cell in gaining)
+        batches, triggers = mild[guard]
+        scores.append(
+            GuardScore(guard, len(judged), lost, kept / gained if gained else None, batches, triggers)
+        )
+    return scores
+
+
+def to_markdown(scores: Sequence[GuardScore]) -> str:
+    """The goals as one table, then the cells each guard lost (the unguarded losses are counted only)."""
+    lines = [
+        f"| Guard | Cells | Over {LOSS:.1f} below NoAdapt | Gain kept | Triggers per 100 batches (mild) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for score in scores:
+        kept = "–" if score.gain_kept is None else f"{100 * score.gain_kept:.0f} %"
+        alarms = score.alarms_per_100
+        alarm_text = (
+            "–" if alarms is None else f"{alarms:.2f} ({score.mild_triggers} in {score.mild_batches})"
+        )
+        lines.append(f"| {score.guard} | {score.cells} | {len(score.lost)} | {kept} | {alarm_text} |")
+    lines += ["", "Gain kept: over the cells where the unguarded method beats NoAdapt, the guarded gain "
+              "summed as a share of the unguarded gain summed."]  # fmt: skip
+    for score in scores:
+        if score.lost and score.guard != UNGUARDED:
+            lines += ["", f"Lost with `{score.guard}`:", *(f"- {cell}" for cell in score.lost)]
+    return "\n".join(lines) + "\n"
