@@ -1,4 +1,5 @@
-"""Regenerate (or check) every table of docs/RESULTS.md from the committed store, by its own command.
+"""Regenerate (or check) every table of docs/RESULTS.md and docs/guard.md from the committed store, by its
+own command.
 
     python benchmarks/results_doc.py            # rewrite the tables in place
     python benchmarks/results_doc.py --check    # exit 1 naming each table that differs from its command
@@ -25,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ROOT / "docs" / "RESULTS.md"
+DOCUMENTS = (DOCUMENT, ROOT / "docs" / "guard.md")  # every page whose tables come from the store
 BLOCK = re.compile(r"(<!-- (zerosiam [^\n]*?) -->\n)(.*?)(<!-- end -->)", re.DOTALL)
 
 
@@ -59,16 +61,18 @@ def regenerate(text: str) -> tuple[str, list[str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; fail if a table differs")
-    parser.add_argument("--document", type=Path, default=DOCUMENT)
+    parser.add_argument("--document", type=Path, action="append", help="one page (default: all of them)")
     args = parser.parse_args()
-    text = args.document.read_text(encoding="utf-8")
-    fresh, changed = regenerate(text)
-    for command in changed:
-        print(f"{'differs' if args.check else 'rewritten'}: {command}")
-    if args.check:
-        return 1 if changed else 0
-    args.document.write_text(fresh, encoding="utf-8")
-    return 0
+    differs = False
+    for document in args.document or DOCUMENTS:
+        text = document.read_text(encoding="utf-8")
+        fresh, changed = regenerate(text)
+        for command in changed:
+            print(f"{document.name}: {'differs' if args.check else 'rewritten'}: {command}")
+        differs |= bool(changed)
+        if not args.check:
+            document.write_text(fresh, encoding="utf-8")
+    return 1 if args.check and differs else 0
 
 
 if __name__ == "__main__":
