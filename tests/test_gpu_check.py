@@ -1,7 +1,7 @@
 """``benchmarks/gpu_check.py`` runs, so that the script a GPU session is lent for cannot rot.
 
-On the CPU with 64 images at batch 16 and a tiny timm model (the default models take minutes per method there);
-the script's code path is the one a GPU run takes, through ``zerosiam.bench.runner.run``, beside the
+On the CPU with 64 images at batch 16 and a tiny timm model (the default models take minutes per method
+there); the script's code path is the one a GPU run takes, through ``zerosiam.bench.runner.run``, beside the
 plain loop written in the script.
 """
 
@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_gpu_check_runs_on_the_cpu_and_prints_its_tables():
-    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--images", "64", "--batch-size", "16",
-               "--models", "test_efficientnet_gn", "--methods", "tent,zerosiam,sar",
+    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu",
+               "--images", "64", "--batch-size", "16", "--models", "test_efficientnet_gn",
+               "--methods", "tent,zerosiam,sar",
                "--precisions", "fp32,bf16"]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -37,8 +38,9 @@ def test_the_gpu_check_runs_on_the_cpu_and_prints_its_tables():
 def test_the_gpu_check_puts_the_plain_loop_the_speed_options_mfu_and_a_profile_beside_the_harness(tmp_path):
     """The rows a GPU window is lent for, at tiny size: the plain Tent loop, a speed option's row (compile
     is left out: compiling this model on the CPU takes minutes), MFU, the profile and the files."""
-    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--images", "64", "--batch-size", "16",
-               "--models", "test_efficientnet_gn", "--methods", "tent,zerosiam", "--precisions", "fp32",
+    command = [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu",
+               "--images", "64", "--batch-size", "16", "--models", "test_efficientnet_gn",
+               "--methods", "tent,zerosiam", "--precisions", "fp32",
                "--options", "channels_last", "--option-methods", "zerosiam", "--profile",
                "--profile-steps", "2", "--out", str(tmp_path)]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
