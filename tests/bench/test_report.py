@@ -538,6 +538,11 @@ def test_a_stream_sweep_compares_each_line_with_the_noadapt_of_its_stream():
     assert table.notes == ["Several NoAdapt lines; each line is compared with the one of its settings."]
 
 
+def test_a_line_that_leaves_a_setting_to_the_method_says_default():
+    runs = [make_row("tent", "fog", 0.5), make_row("tent", "fog", 0.4, hparams={"lr_scale": 3.0})]
+    assert only_table(runs).methods == ["Tent (lr_scale=3)", "Tent (lr_scale=default)"]
+
+
 def test_a_note_counts_each_lines_resets_and_guard_triggers():
     runs = [
         make_row("noadapt", "fog", 0.5),

@@ -179,6 +179,12 @@ def format_value(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _shown(variant: Mapping[str, Any], key: str) -> str:
+    """A setting's value in a label; ``default`` where the run left it to the method (say, its paper
+    rate beside runs at 3× and 10× of it)."""
+    return format_value(variant[key]) if key in variant else "default"
+
+
 def run_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """A display label for every run id: the method's name, plus the settings that differ between runs of
     that method (e.g. ``ZeroSiam (lr=0.001)``), so that a sweep never gets averaged into one line."""
@@ -193,7 +199,7 @@ def run_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
             k for k in keys if len({json.dumps(v.get(k), sort_keys=True, default=str) for v in variants}) > 1
         ]
         for row, variant in zip(members, variants, strict=True):
-            suffix = ", ".join(f"{key}={format_value(variant.get(key))}" for key in differing)
+            suffix = ", ".join(f"{key}={_shown(variant, key)}" for key in differing)
             labels[row["run_id"]] = method_name(method) + (f" ({suffix})" if suffix else "")
     return labels
 
