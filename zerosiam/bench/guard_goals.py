@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerosiam.bench.names import method_name
-from zerosiam.bench.spec import LATER_FIELDS
+from zerosiam.bench.spec import NO_GUARD
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
-UNGUARDED = LATER_FIELDS["guard"]
 MILD = "mild"
 # Spec fields that do not change the stream a NoAdapt run sees.
 _NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
@@ -45,7 +44,7 @@ class GuardScore:
     @property
     def alarms_per_100(self) -> float | None:
         """None without mild runs, and for no guard, which cannot trigger."""
-        if self.guard == UNGUARDED or not self.mild_batches:
+        if self.guard == NO_GUARD or not self.mild_batches:
             return None
         return 100 * self.mild_triggers / self.mild_batches
 
@@ -76,16 +75,16 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
         if spec["method"] == BASELINE:
             baseline[_key(spec, _NOT_THE_STREAM)] = points
             continue
-        guard = spec.get("guard", UNGUARDED)
+        guard = spec.get("guard", NO_GUARD)
         cell = _key(spec, {"guard"})
         accuracy[guard][cell], specs[cell] = points, spec
         if spec["protocol"] == MILD:
             mild[guard][0] += int(metrics.get("steps") or 0)
             mild[guard][1] += int(metrics.get("guard_triggers") or 0)
     reference = {cell: baseline.get(_key(spec, _NOT_THE_STREAM)) for cell, spec in specs.items()}
-    unguarded = accuracy.get(UNGUARDED, {})
+    unguarded = accuracy.get(NO_GUARD, {})
     scores = []
-    for guard in sorted(accuracy, key=lambda name: (name != UNGUARDED, name)):
+    for guard in sorted(accuracy, key=lambda name: (name != NO_GUARD, name)):
         judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
         lost = tuple(
             f"{_label(specs[cell])}: {value:.1f} (NoAdapt {reference[cell]:.1f})"
@@ -118,6 +117,6 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
     lines += ["", "Gain kept: over the cells where the unguarded method beats NoAdapt, the guarded gain "
               "summed as a share of the unguarded gain summed."]  # fmt: skip
     for score in scores:
-        if score.lost and score.guard != UNGUARDED:
+        if score.lost and score.guard != NO_GUARD:
             lines += ["", f"Lost with `{score.guard}`:", *(f"- {cell}" for cell in score.lost)]
     return "\n".join(lines) + "\n"

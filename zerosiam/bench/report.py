@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
+from zerosiam.bench.spec import NO_GUARD
 from zerosiam.bench.tables import (
     AVERAGE,
     BASELINE,
@@ -145,8 +146,8 @@ def selections_markdown(rows: Iterable[Mapping[str, Any]], *, caption: bool = Fa
                 text = MISSING if value is None else f"{100 * value:.1f}"
                 cells.append(f"**{text}**" if key == chosen else text)
             method = method_name(row["spec"]["method"])
-            guard = row["spec"].get("guard", "none")
-            method += f" (guard={guard})" if guard != "none" else ""
+            guard = row["spec"].get("guard", NO_GUARD)
+            method += f" (guard={guard})" if guard != NO_GUARD else ""
             lines.append(_md_row([row["spec"]["model"], method, *cells]))
         corruptions = ", ".join(members[0]["spec"]["corruptions"])
         lines += ["", f"Bold: the chosen rate. Mean online accuracy over {corruptions}."]

@@ -27,7 +27,7 @@ import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench.execution import Execution, execute
 from zerosiam.bench.grid import Grid, scaled
-from zerosiam.bench.spec import KIND, RunSpec
+from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
 from zerosiam.data.tensors import to_input
 from zerosiam.methods import get_recipe
@@ -35,7 +35,6 @@ from zerosiam.parts.losses import entropy
 from zerosiam.protocols.build import pure_noise
 
 SELECTION_KIND = "lr_selection"
-NO_GUARD = "none"
 DATA_FREE_KIND = "data_free_selection"  # the data-free η_h choices: |ΔH| per candidate, not accuracies
 
 

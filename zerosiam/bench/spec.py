@@ -21,7 +21,8 @@ from zerosiam.zoo.trained import shipped_sha256
 
 KIND = "vision"  # the store's kind of a RunSpec's rows (language runs store their own)
 # RunSpec fields younger than the stores, and their defaults: not in a run's identity while at them
-LATER_FIELDS = {"prelude": {}, "guard": "none"}
+NO_GUARD = "none"  # the guard of every run stored before guards existed
+LATER_FIELDS = {"prelude": {}, "guard": NO_GUARD}
 
 
 def check_prelude(prelude: dict[str, Any]) -> None:
