@@ -61,11 +61,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def check_guard(name: str, data_free: bool) -> None:
     """One line naming the choices for an unknown guard; the data-free choice adapts on noise, which a
     guard has no business judging."""
-    from zerosiam.parts.guards import GUARDS
+    from zerosiam.bench.spec import NO_GUARD
+    from zerosiam.parts.guards import guard_named
 
-    if name not in GUARDS:
-        raise UsageError(f"unknown guard {name!r}; choose one of {', '.join(GUARDS)}")
-    if data_free and name != "none":
+    try:
+        guard_named(name)  # the one place that knows the guards' names
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if data_free and name != NO_GUARD:
         raise UsageError("--data-free adapts on pure noise, unguarded; drop --guard")
 
 
