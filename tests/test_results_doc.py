@@ -39,3 +39,13 @@ def test_a_table_edited_by_hand_is_caught():
     edited = text[:start] + "| Tent | 99.9 |\n" + text[start:]
     fresh, changed = results_doc.regenerate(edited)
     assert changed == [command] and fresh == text
+
+
+def test_the_summary_figure_was_drawn_from_the_summary_table_on_the_page():
+    """``--summary --out DIR --plot`` writes ``summary.md`` beside ``summary.png``, from the same numbers: a
+    page whose summary block changed while the figure was not redrawn is caught here."""
+    results_doc = _results_doc()
+    text = results_doc.DOCUMENT.read_text(encoding="utf-8")
+    (body,) = [body for _, command, body, _ in results_doc.BLOCK.findall(text) if "--summary" in command]
+    drawn_from = ROOT / "docs" / "results" / "summary" / "summary.md"
+    assert drawn_from.read_text(encoding="utf-8") == body

@@ -48,6 +48,21 @@ def test_the_scores_are_the_tables_averages_over_seeds():
     assert cell.text == "-2.0 (1/2)"
 
 
+def test_a_cell_compares_methods_on_the_seeds_they_all_have_complete():
+    """ZeroSiam's seeds 1 and 2 (a hard stream for it) are left out while SAR has only seed 0 complete
+    (its seed 1 lacks fog); they count once SAR's have landed."""
+    rows = cell_rows({"noadapt": 0.60, "sar": 0.64, "zerosiam": 0.66})
+    for seed in (1, 2):
+        rows += cell_rows({"noadapt": 0.60, "zerosiam": 0.58}, seed=seed)
+    partial = rows + without(cell_rows({"sar": 0.5}, seed=1), "sar", "fog")
+    assert summary.build_summary(partial).cell("mild", "resnet20").text == "+6.0 (1/2)"  # seed 0 alone
+    for seed in (1, 2):
+        rows += cell_rows({"sar": 0.5}, seed=seed)
+    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+0.7 (1/2)"  # all three seeds
+    no_shared = cell_rows({"noadapt": 0.60, "zerosiam": 0.66}, seed=1) + cell_rows({"sar": 0.6})
+    assert summary.build_summary(no_shared).cell("mild", "resnet20").text == report.MISSING
+
+
 def test_a_tie_within_five_hundredths_shares_the_better_rank():
     rows = cell_rows({"noadapt": 0.60, "tent": 0.6305, "sar": 0.64, "zerosiam": 0.63})
     assert summary.build_summary(rows).cell("mild", "resnet20").text == "+3.0 (2/3)"  # tied with Tent

@@ -2,11 +2,12 @@
 not adapting, and where it ranks among the adapting methods.
 
 Every number comes from :func:`zerosiam.bench.tables.build_tables`, so the summary never disagrees with the
-tables under it: a method's score in a cell is its table line's average over the 15 benchmark corruptions
-(the mean of its seed-means, blank unless every corruption is present) or, for the mixed protocol, its
-``Overall`` column. A cell is only summarised when it is unambiguous: one dataset and severity, and one
-line per method; otherwise :class:`AmbiguousCell` names the cell and what differs, and the caller narrows
-the rows (a grid, a method list) rather than the summary silently picking one line.
+tables of the same runs: a method's score in a cell is its table line's average over the 15 benchmark
+corruptions (the mean of its seed-means, blank unless every corruption is present) or, for the mixed
+protocol, its ``Overall`` column, taken over the seeds that every method of the cell has complete. A cell is
+only summarised when it is unambiguous: one dataset and severity, and one line per method; otherwise
+:class:`AmbiguousCell` names the cell and what differs, and the caller narrows the rows (a grid, a method
+list) rather than the summary silently picking one line.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ TIE = 0.05  # points: closer than this is a tie, and ZeroSiam gets the better ra
 _ROUNDING = 1e-9  # so that a difference of exactly TIE, computed in floating point, is still a tie
 CAPTION = (
     "ZeroSiam − NoAdapt on {scope}, in accuracy points: mean over the 15 corruptions and the seeds "
-    "(for mixed, the whole stream's accuracy); (k/n) = ZeroSiam's rank among the n adapting methods "
-    f"with a complete result, ties within {TIE} point sharing the better rank; "
+    "that every method of the cell has complete (for mixed, the whole stream's accuracy); (k/n) = "
+    "ZeroSiam's rank among the n adapting methods with a complete result,"
+    f" ties within {TIE} point sharing the better rank; "
     f"{MISSING} = no complete result for NoAdapt or ZeroSiam."
 )
 
@@ -90,7 +92,7 @@ def build_summary(rows: Iterable[Mapping[str, Any]]) -> Summary:
     by_cell: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for row in kept:
         by_cell[str(row["spec"].get("protocol")), str(row["spec"].get("model"))].append(row)
-    cells = {key: compare(method_scores(key, members)) for key, members in by_cell.items()}
+    cells = {key: _summarise(key, members) for key, members in by_cell.items()}
     return Summary(
         scenarios=sorted({scenario for scenario, _ in by_cell}, key=scenario_rank),
         models=sorted({model for _, model in by_cell}),
@@ -102,6 +104,31 @@ def build_summary(rows: Iterable[Mapping[str, Any]]) -> Summary:
 def scenario_rank(protocol: str) -> tuple[int, str]:
     """Sort key putting protocols in :data:`SCENARIOS` order, any other one after them by name."""
     return (SCENARIOS.index(protocol), "") if protocol in SCENARIOS else (len(SCENARIOS), protocol)
+
+
+def _summarise(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> SummaryCell:
+    """One cell, compared on its shared seeds; no shared seed, no comparison."""
+    shared = on_shared_seeds(rows)
+    return compare(method_scores(key, shared)) if shared else SummaryCell()
+
+
+def on_shared_seeds(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The ``rows`` of the seeds on which every method with a complete result (all of the cell's
+    corruptions for that seed) has one. A three-seed mean ranked against a one-seed one compares different
+    streams: under label shift the seed orders the classes, and a method whose rate was retuned may not
+    have its other seeds yet. Methods with no complete seed do not narrow the cell (they are blank)."""
+    expected = {MIXED} if any(row["spec"].get("corruption") == MIXED for row in rows) else set(BENCHMARK)
+    covered: dict[tuple[str, Any], set[str]] = defaultdict(set)
+    for row in rows:
+        covered[row["spec"]["method"], row["spec"].get("seed")].add(str(row["spec"].get("corruption")))
+    complete: dict[str, set[Any]] = defaultdict(set)
+    for (method, seed), found in covered.items():
+        if expected <= found:
+            complete[method].add(seed)
+    if not complete:
+        return list(rows)
+    shared = set.intersection(*complete.values())
+    return [row for row in rows if row["spec"].get("seed") in shared]
 
 
 def method_scores(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
