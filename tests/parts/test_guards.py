@@ -60,6 +60,24 @@ def test_the_probe_guard_rolls_a_collapsing_stream_back_and_leaves_a_healthy_one
     assert step % 2 == 1  # only at probes (every second step)
 
 
+def test_a_probe_puts_a_warm_up_collapse_back_to_the_source_and_a_later_one_to_its_oldest_snapshot():
+    probe = SourceProbe(every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2)
+    adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=1.0, guard=probe)  # fires at step 6, 14 and 16
+    guard = adapter.recipe.guard  # the adapter's own copy
+    source = adapter.snapshot()
+    seen = {"warm-up": 0, "later": 0}
+    for x in _batches(16):
+        oldest = copy.deepcopy(guard.snapshots[0]) if guard.snapshots else None
+        adapter(x)
+        if not adapter.last["guard"]:
+            continue
+        expected, when = (source, "warm-up") if adapter.steps <= 8 else (oldest, "later")
+        seen[when] += 1
+        assert all(torch.equal(v, expected["params"][k]) for k, v in adapter.snapshot()["params"].items())
+    assert seen == {"warm-up": 1, "later": 2}
+    assert not all(torch.equal(v, source["params"][k]) for k, v in oldest["params"].items())
+
+
 def test_a_probe_measures_agreement_with_the_source_on_the_same_images():
     adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.0)
     x = _batches(1)[0]

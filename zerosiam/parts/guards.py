@@ -100,7 +100,10 @@ class SourceProbe:
     and of both models' class histograms. A stream is unhealthy when the agreement falls below
     ``min_agreement`` or the adapted histogram's entropy falls ``max_narrowing`` nats below the source's.
     An unhealthy stream is rolled back to the oldest of the last ``ring`` snapshots (probes ago, so
-    before the averages, which lag, could notice) and its averages restart; then the weights, all of
+    before the averages, which lag, could notice), or to the source in the warm-up (a rate that trips the
+    guard that early was too large from the first step: its snapshots, a few steps apart, already carry
+    the damage that shows only later, as Tent's at 3× on the first class of a class-ordered stream), and
+    its averages restart; then the weights, all of
     which have now passed, are the newest snapshot; its steps are then scaled by ``shrink``, a decade
     down by default (a rate that collapsed the stream once would again; halving it left Tent at 10× the
     paper's rate 1.4 points below NoAdapt on the ResNet-26's class-ordered Gaussian noise, a tenth 0.7).
@@ -154,7 +157,7 @@ class SourceProbe:
         self.signals = {"agreement": layout.value(health.agreement), "narrowing": layout.value(narrowing)}
         flags = layout.value(unhealthy)
         if bool(unhealthy.any()):
-            if self.snapshots:
+            if self.snapshots and self.steps > self.warmup:
                 learner.roll_back(self.snapshots[0], flags)
             else:
                 learner.restore_source(flags)
