@@ -28,9 +28,12 @@ def real_batches(dataset: str, corruption: str, count: int, device: torch.device
     return list(to_input(torch.from_numpy(images[: 64 * count].copy()).to(device)).split(64))
 
 
-def setup(description: str, model: str, steps: int) -> tuple[argparse.Namespace, torch.device, list]:
-    """A step benchmark's flags (``--model``, ``--steps``, ``--repeats``, ``--device``), its device and
-    its batches (project CIFAR-10-C, gaussian_noise 5), with the line that says what it measures on."""
+def setup(
+    description: str, model: str, steps: int, methods: tuple[str, ...] = ()
+) -> tuple[argparse.Namespace, torch.device, list]:
+    """A step benchmark's flags (``--model``, ``--steps``, ``--repeats``, ``--device``, and ``--methods``
+    when it measures several: a comma list of ``methods``, all by default), its device and its batches
+    (project CIFAR-10-C, gaussian_noise 5), with the line that says what it measures on."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -38,7 +41,14 @@ def setup(description: str, model: str, steps: int) -> tuple[argparse.Namespace,
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
+    if methods:
+        parser.add_argument("--methods", default=",".join(methods), help=f"of {', '.join(methods)}")
     args = parser.parse_args()
+    if methods:
+        args.methods = args.methods.split(",")
+        unknown = [name for name in args.methods if name not in methods]
+        if unknown:
+            parser.error(f"unknown method {unknown[0]!r}; choose from {', '.join(methods)}")
     device = resolve_device(args.device)
     batches = real_batches("cifar10c", "gaussian_noise", args.steps, device)
     threads = torch.get_num_threads()

@@ -1,6 +1,6 @@
 """What a guard costs: a step of Tent and ZeroSiam wearing each guard, against the unguarded step.
 
-    PYTHONPATH=. python benchmarks/guard_cost.py --model resnet26_gn --steps 48
+    PYTHONPATH=. python benchmarks/guard_cost.py --model resnet26_gn --steps 48 [--methods zerosiam]
 
 Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 and at batch 1 (the same
 images one at a time); the median of interleaved repeats, so that a busy machine slows every variant
@@ -37,11 +37,11 @@ def snapshot_copies(model_name: str, method: str, batches: list, device) -> floa
 
 
 def main() -> None:
-    args, device, batches = setup(__doc__, "resnet26_gn", 48)
+    args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS)
     singles = list(torch.cat(batches[:2]).split(1))[: args.steps]  # batch 1: as many steps, one image each
     print("\n| method | batch | guard | ms/step | guarded ÷ none | snapshots kept (copies) |")
     print("| --- | ---: | --- | ---: | ---: | ---: |")
-    for method in METHODS:
+    for method in args.methods:
         for size, stream in ((64, batches), (1, singles)):
             timings: dict[str, list[float]] = {name: [] for name in VARIANTS}
             for _ in range(args.repeats):
