@@ -41,8 +41,8 @@ _ROUNDING = 1e-9  # so that a difference of exactly TIE, computed in floating po
 CAPTION = (
     "ZeroSiam − NoAdapt on {scope}, in accuracy points: mean over the 15 corruptions and the seeds "
     "that every method of the cell has complete (for mixed, the whole stream's accuracy); (k/n) = "
-    "ZeroSiam's rank among the n adapting methods with a complete result,"
-    f" ties within {TIE} point sharing the better rank; "
+    "ZeroSiam's rank among the n adapting methods with a complete result, "
+    f"ties within {TIE} point sharing the better rank; "
     f"{MISSING} = no complete result for NoAdapt or ZeroSiam."
 )
 

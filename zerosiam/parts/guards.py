@@ -92,22 +92,20 @@ class Health:
 class SourceProbe:
     """The project's guard: the adapted model against the source model on the same images, per stream.
 
-    Every ``every`` steps (every ``warmup_every`` in the first ``warmup`` steps, where a rate that is
-    far too large collapses a model within a few steps) the step's batch is predicted at the source
-    weights too: a schedule of the step count alone, so stacked streams are probed as lone ones. Per
-    stream it follows
-    moving averages (``momentum`` per probe) of the agreement between the two models' predicted classes
-    and of both models' class histograms. A stream is unhealthy when the agreement falls below
+    Every ``every`` steps (every ``warmup_every`` in the first ``warmup`` steps, where a rate that is far
+    too large collapses a model within a few steps) the step's batch is predicted at the source weights
+    too: a schedule of the step count alone, so stacked streams are probed as lone ones. Per stream it
+    follows moving averages (``momentum`` per probe) of the agreement between the two models' predicted
+    classes and of both models' class histograms. A stream is unhealthy when the agreement falls below
     ``min_agreement`` or the adapted histogram's entropy falls ``max_narrowing`` nats below the source's.
-    An unhealthy stream is rolled back to the oldest of the last ``ring`` snapshots (probes ago, so
-    before the averages, which lag, could notice), or to the source in the warm-up (a rate that trips the
-    guard that early was too large from the first step: its snapshots, a few steps apart, already carry
-    the damage that shows only later, as Tent's at 3× on the first class of a class-ordered stream), and
-    its averages restart; then the weights, all of
-    which have now passed, are the newest snapshot; its steps are then scaled by ``shrink``, a decade
-    down by default (a rate that collapsed the stream once would again; halving it left Tent at 10× the
-    paper's rate 1.4 points below NoAdapt on the ResNet-26's class-ordered Gaussian noise, a tenth 0.7).
-    Every stream is judged, rolled back and shrunk alone.
+    An unhealthy stream is rolled back to the oldest of the last ``ring`` snapshots (probes ago, so before
+    the averages, which lag, could notice), or to the source in the warm-up (a rate that trips the guard
+    that early was too large from the first step: its snapshots, a few steps apart, already carry the
+    damage that shows only later, as Tent's at 3× on the first class of a class-ordered stream), and its
+    averages restart; then the weights, all of which have now passed, are the newest snapshot; its steps
+    are then scaled by ``shrink``, a decade down by default (a rate that collapsed the stream once would
+    again; halving it left Tent at 10× the paper's rate 1.4 points below NoAdapt on the ResNet-26's
+    class-ordered Gaussian noise, a tenth 0.7). Every stream is judged, rolled back and shrunk alone.
     """
 
     def __init__(
