@@ -18,6 +18,7 @@ import torch
 
 import zerosiam
 from zerosiam.bench.device import describe_device, resolve_device
+from zerosiam.cli._args import csv_list
 from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.data.tensors import to_input
 
@@ -42,13 +43,13 @@ def setup(
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
     if methods:
-        parser.add_argument("--methods", default=",".join(methods), help=f"of {', '.join(methods)}")
+        choices = ", ".join(methods)
+        parser.add_argument("--methods", type=csv_list, default=",".join(methods), help=f"of {choices}")
     args = parser.parse_args()
     if methods:
-        args.methods = args.methods.split(",")
         unknown = [name for name in args.methods if name not in methods]
         if unknown:
-            parser.error(f"unknown method {unknown[0]!r}; choose from {', '.join(methods)}")
+            parser.error(f"unknown method {unknown[0]!r}; choose from {choices}")
     device = resolve_device(args.device)
     batches = real_batches("cifar10c", "gaussian_noise", args.steps, device)
     threads = torch.get_num_threads()
