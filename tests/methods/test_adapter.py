@@ -276,3 +276,14 @@ def test_an_adapter_refuses_a_recipe_that_does_not_adapt(tiny_gn: TinyGN):
 
     with pytest.raises(ValueError, match="noadapt does not adapt; zerosiam.adapt wraps it in a Frozen"):
         Adapter(tiny_gn, get_recipe("noadapt"), Settings(lr=0.0, predictor_lr=0.0))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_gradient_under_a_finite_loss_skips_the_update_and_says_so(tiny_gn: TinyGN, images, bad):
+    before = _params(tiny_gn)
+    adapter = zerosiam.adapt(tiny_gn, "tent", lr=1e-1)
+    poisoned = next(p for p in tiny_gn.parameters() if p.requires_grad)
+    poisoned.register_hook(lambda grad: grad * bad)
+    adapter(images)
+    assert adapter.last["skipped"] == "non-finite gradient" and not adapter.last["updated"]
+    assert all(torch.equal(p, before[n]) for n, p in tiny_gn.named_parameters())

@@ -9,6 +9,7 @@ finiteness checks behave the same on every modality.
 from __future__ import annotations
 
 import inspect
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -76,10 +77,13 @@ class GradientLearner(ABC):
         return True
 
     def finite(self, loss: Tensor) -> bool:
-        """Whether ``loss`` and every gradient are finite, decided on the device and read once."""
-        checks = [torch.isfinite(loss).all()]
-        checks += [torch.isfinite(p.grad).all() for p in self.trainable if p.grad is not None]
-        return bool(torch.stack(checks).all())
+        """Whether ``loss`` and every gradient are finite, decided on the device and read once. Each
+        gradient's largest magnitude (a NaN or an infinity propagates into it, and a maximum cannot
+        overflow) comes from one foreach reduction over all of them, where a check per tensor made one small
+        call per trainable tensor (54 on the ResNet-26), felt at batch size 1."""
+        grads = [p.grad for p in self.trainable if p.grad is not None]
+        peaks = [peak.float() for peak in torch._foreach_norm(grads, ord=math.inf)] if grads else []
+        return bool(torch.isfinite(torch.stack([loss.detach().float().reshape(()), *peaks])).all())
 
     def skip(self, reason: str) -> None:
         """Mark the current step as not taken; the first reason given stands."""
