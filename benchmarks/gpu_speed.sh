@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40's GPU tables in one call: the harness eager and with each speed option, beside the plain Tent
+# The GPU speed tables in one call: the harness eager and with each speed option, beside the plain Tent
 # loop, with MFU per row and a profile, for ViT-B/16 and ResNet-50-GN in tf32 and bf16 at batch 64, and
 # ViT-B/16 in tf32 at batch size 1 (benchmarks/gpu_check.py; tables in docs/efficiency.md).
 #
@@ -16,6 +16,7 @@
 #   vit1      ViT-B/16, batch size 1, tf32: Tent and ZeroSiam eager, the plain loop, ZeroSiam compiled
 #             with CUDA graphs (compile:reduce-overhead) and without (compile)
 #   extra     if time is left: Tent compiled on ViT-B/16 tf32 (ZeroSiam ÷ Tent on the compiled path),
+#             benchmarks/guard_cost.py (each guard's step ÷ the unguarded one, ResNet-26-GN, batch 64 and 1),
 #             then benchmarks/speed_equivalence.py on the GPU (ResNet-26-GN, 10,000 CIFAR-10-C images)
 #
 # Expected duration on one H100, from docs/efficiency.md's rates (ZeroSiam ViT-B/16 1,334 images/s in
@@ -65,6 +66,13 @@ step vit1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS
   --methods tent,zerosiam --options compile:reduce-overhead,compile --option-methods zerosiam
 step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
   --methods tent --options compile --option-methods tent
+if (( $(left) > 90 )); then  # issue 38's guard cost on the GPU: ratios to the unguarded step, beside it
+  timeout -s TERM -k 10 "$(( $(left) - 60 ))" python benchmarks/guard_cost.py --device "$device" --repeats 3 \
+    > "$out/guard_cost.md" 2>&1
+  echo "guard_cost: exit $?" | tee -a "$out/steps.txt"
+else
+  echo "guard_cost: skipped, deadline" | tee -a "$out/steps.txt"
+fi
 if (( $(left) > 60 )); then
   timeout -s TERM -k 10 "$(left)" python benchmarks/speed_equivalence.py --device "$device" \
     --options channels_last,compile > "$out/equivalence.log" 2>&1
