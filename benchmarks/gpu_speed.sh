@@ -66,7 +66,7 @@ step vit1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS
   --methods tent,zerosiam --options compile:reduce-overhead,compile --option-methods zerosiam
 step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
   --methods tent --options compile --option-methods tent
-if (( $(left) > 90 )); then  # issue 38's guard cost on the GPU: ratios to the unguarded step, beside it
+if (( $(left) > 90 )); then  # the guards' cost on the GPU: ratios to the unguarded step, beside it
   timeout -s TERM -k 10 "$(( $(left) - 60 ))" python benchmarks/guard_cost.py --device "$device" --repeats 3 \
     > "$out/guard_cost.md" 2>&1
   echo "guard_cost: exit $?" | tee -a "$out/steps.txt"
