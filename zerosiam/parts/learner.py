@@ -82,8 +82,8 @@ class GradientLearner(ABC):
         overflow) comes from one foreach reduction over all of them, where a check per tensor made one small
         call per trainable tensor (54 on the ResNet-26), felt at batch size 1."""
         grads = [p.grad for p in self.trainable if p.grad is not None]
-        peaks = [peak.float() for peak in torch._foreach_norm(grads, ord=math.inf)] if grads else []
-        return bool(torch.isfinite(torch.stack([loss.detach().float().reshape(()), *peaks])).all())
+        peaks = torch._foreach_norm(grads, ord=math.inf) if grads else []  # stacked in one dtype by promotion
+        return bool(torch.isfinite(torch.stack([loss.detach(), *peaks])).all())
 
     def skip(self, reason: str) -> None:
         """Mark the current step as not taken; the first reason given stands."""
