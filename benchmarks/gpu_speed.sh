@@ -66,20 +66,19 @@ step vit1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS
   --methods tent,zerosiam --options compile:reduce-overhead,compile --option-methods zerosiam
 step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
   --methods tent --options compile --option-methods tent
-if (( $(left) > 90 )); then  # the guards' cost on the GPU: ratios to the unguarded step, beside it
-  timeout -s TERM -k 10 "$(( $(left) - 60 ))" python benchmarks/guard_cost.py --device "$device" --repeats 3 \
-    > "$out/guard_cost.md" 2>&1
-  echo "guard_cost: exit $?" | tee -a "$out/steps.txt"
-else
-  echo "guard_cost: skipped, deadline" | tee -a "$out/steps.txt"
-fi
-if (( $(left) > 60 )); then
-  timeout -s TERM -k 10 "$(left)" python benchmarks/speed_equivalence.py --device "$device" \
-    --options channels_last,compile > "$out/equivalence.log" 2>&1
-  echo "equivalence: exit $?" | tee -a "$out/steps.txt"
-else
-  echo "equivalence: skipped, deadline" | tee -a "$out/steps.txt"
-fi
+extra() {  # extra NAME NEEDS KEEP LOG SCRIPT ARGS...: SCRIPT if NEEDS s are left, stopped KEEP s before the deadline
+  local name=$1 needs=$2 keep=$3 log=$4; shift 4
+  if (( $(left) > needs )); then
+    timeout -s TERM -k 10 "$(( $(left) - keep ))" python "$@" > "$out/$log" 2>&1
+    echo "$name: exit $?" | tee -a "$out/steps.txt"
+  else
+    echo "$name: skipped, deadline" | tee -a "$out/steps.txt"
+  fi
+}
+# the guards' cost on the GPU (ratios to the unguarded step, beside it), leaving a minute for the equivalence
+extra guard_cost 90 60 guard_cost.md benchmarks/guard_cost.py --device "$device" --repeats 3
+extra equivalence 60 0 equivalence.log benchmarks/speed_equivalence.py --device "$device" \
+  --options channels_last,compile
 
 [[ -n $smi ]] && kill "$smi"
 cat "$out"/*/gpu_check.md > "$out/tables.md" 2> /dev/null
