@@ -63,6 +63,7 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import nn
+from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -356,9 +357,19 @@ def _self_device_us(event: Any) -> float:
     return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)))
 
 
+def host_events(averages: Any) -> list:
+    """The events the host recorded. On a GPU the profiler lists each labelled range a second time under
+    the same name, as the span of its kernels on the device's timeline (device type CUDA, no host time):
+    read as the range, that copy gave every part 0 ms of host time, and spans that overlap (a "loss" of
+    -14 ms, kernels busy 212 % of the wall time, on an H200 on 2026-11-29). A host event's device time
+    is the kernels it and what it called launched; summed over host events, every kernel counts once."""
+    return [event for event in averages if event.device_type == DeviceType.CPU]
+
+
 def profile_summary(averages: Any, steps: int, wall: float) -> str:
     """Where a step's time goes, in ms per step: wall time on the host (inclusive of what the range
     calls) and the device's kernel time launched in it."""
+    averages = host_events(averages)
     by_key = {event.key: event for event in averages}
 
     def host(key: str) -> float:

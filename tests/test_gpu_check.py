@@ -7,13 +7,17 @@ plain loop written in the script.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from torch.autograd import DeviceType
 
 pytest.importorskip("timm")
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,3 +62,28 @@ def test_the_gpu_check_puts_the_plain_loop_the_speed_options_mfu_and_a_profile_b
     assert all(row["images_per_s"] > 0 for row in rows)
     assert "| forward |" in (tmp_path / "profile_test_efficientnet_gn_fp32.md").read_text()
     assert "| tent (plain loop) | eager | " in (tmp_path / "gpu_check.md").read_text()
+
+
+def _event(key: str, device_type: DeviceType, host_us: float, device_us: float, self_us: float) -> Any:
+    return SimpleNamespace(key=key, device_type=device_type, count=2, cpu_time_total=host_us,
+                           device_time_total=device_us, self_device_time_total=self_us)  # fmt: skip
+
+
+def test_the_profile_reads_a_range_from_the_host_not_from_its_span_on_the_device():
+    """On a GPU the profiler lists a labelled range twice under one name: the host's range, and its span
+    on the device's timeline (no host time). The summary reads the host's; the span counts nowhere."""
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    cpu, cuda = DeviceType.CPU, DeviceType.CUDA
+    averages = [
+        _event("forward", cpu, host_us=8000, device_us=6000, self_us=0),
+        _event("forward + loss", cpu, host_us=9000, device_us=7000, self_us=0),
+        _event("aten::mm", cpu, host_us=3000, device_us=10000, self_us=10000),
+        _event("forward", cuda, host_us=0, device_us=30000, self_us=30000),
+        _event("forward + loss", cuda, host_us=0, device_us=2000, self_us=2000),
+    ]  # fmt: skip
+    summary = gpu_check.profile_summary(averages, steps=2, wall=0.010)
+    assert "| forward | 4.00 | 3.00 |" in summary
+    assert "| loss (and the recipe's rules) | 0.50 | 0.50 |" in summary
+    assert "device kernels busy 5.00 ms per step (50 % of the wall time)" in summary
