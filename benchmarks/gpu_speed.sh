@@ -19,15 +19,13 @@
 #             benchmarks/guard_cost.py (each guard's step ÷ the unguarded one, ResNet-26-GN, batch 64 and 1),
 #             then benchmarks/speed_equivalence.py on the GPU (ResNet-26-GN, 10,000 CIFAR-10-C images)
 #
-# Expected duration on one H100, from docs/efficiency.md's rates (ZeroSiam ViT-B/16 1,334 images/s in
-# tf32, 2,332 in bf16; ResNet-50-GN 1,718 and 1,541; SAR about half of Tent's rate, DeYO two thirds) on
-# 2,560 images a row: a row is 1.5-4 s of steps plus an assumed 1-1.5 s of model build and loader start,
-# and its untimed warm-up about 1.5 s; vit64 about 70 s, resnet64 about 70 s, vit1 (256 one-image steps
-# at an assumed 10-15 ms each) about 40 s, the folder, imports and FLOP counts about 10 s: 3 min eager.
-# Each compiled graph (a model, a precision, a batch size, a method, the options) costs TorchInductor an
-# unmeasured 20-40 s on 16 cores; the first three steps compile 8 (2 + 4 + 2): at 30 s each they end in
-# about 7 minutes, at 20 s in 6. Past the deadline (420 s by default) a step is stopped and the rest say
-# "skipped" in steps.txt.
+# Measured on one H200 (2026-11-29, deadline 500 s): vit64 137 s, resnet64 280 s (its 6 compiled rows),
+# vit1 stopped by the deadline after its eager rows and one compiled row; the GPU was idle in 72 of 99
+# readings of nvidia-smi (compiling, building models, counting FLOPs, starting loaders). The eager rows
+# are 2-4 s each; a compiled row costs about 35 s of compilation first (inferred from the two steps'
+# durations). With the default 420 s the first two steps end; the rest needs a second call (or a later
+# deadline). The two scripts at the end read the project's CIFAR-10 test JPEGs: where ../shared is not
+# beside the checkout, carry cifar10-jpeg/cifar10-jpeg-test.tar.gz and point ZEROSIAM_MIRROR at its folder.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.}
 deadline=$(( $(date +%s) + ${1:-420} ))
