@@ -87,6 +87,18 @@ def test_a_probe_measures_agreement_with_the_source_on_the_same_images():
     assert all(torch.equal(before[k], v) for k, v in norm_params(adapter.model).items())  # put back
 
 
+def test_a_probe_predicts_with_the_source_weights_and_puts_the_adapted_ones_back_exactly():
+    adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=1.0)
+    x = _batches(1, seed=1)[0]
+    at_source = adapter.predict(x)
+    for batch in _batches(3):
+        adapter(batch)
+    adapted = norm_params(adapter.model)
+    assert not torch.equal(adapter.predict(x), at_source)  # the weights moved
+    torch.testing.assert_close(adapter.source_prediction(x), at_source, rtol=0, atol=1e-6)
+    assert all(torch.equal(adapted[k], v) for k, v in norm_params(adapter.model).items())
+
+
 def test_a_roll_back_restores_the_snapshot_of_the_flagged_streams_only():
     adapter = zerosiam.adapt(tiny(scale=5.0), "zerosiam", lr=0.5, predictor_lr=0.5, streams=2)
     batches = _batches(3, streams=2)
