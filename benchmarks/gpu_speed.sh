@@ -7,11 +7,13 @@
 #   OUT=/tmp/out bash benchmarks/gpu_speed.sh 300      # another deadline, in seconds
 #   DEVICE=cpu IMAGES=128 IMAGES_BS1=8 VIT=test_vit RESNET=test_resnet OUT=/tmp/try \
 #       bash benchmarks/gpu_speed.sh 900               # a try of the script itself on a CPU
+#   STEPS="vit64 guard_cost" OUT=/tmp/out bash benchmarks/gpu_speed.sh   # only these steps, in the order below
 #
 # Steps, in order of importance; each gets what is left of the deadline and is stopped with SIGTERM when it
 # runs out (what it measured is kept: gpu_check.py appends every row to rows.jsonl as it goes):
 #   vit64     ViT-B/16, batch 64, tf32 and bf16: Tent, ZeroSiam, SAR, DeYO eager; the plain loop;
-#             ZeroSiam with channels_last and with compile; the profile of ZeroSiam's eager steps
+#             ZeroSiam with channels_last, with compile and with CUDA graphs (compile:reduce-overhead);
+#             the profile of ZeroSiam's eager steps
 #   resnet64  ResNet-50-GN, the same, ZeroSiam with channels_last, compile+channels_last and compile
 #   vit1      ViT-B/16, batch size 1, tf32: Tent and ZeroSiam eager, the plain loop, ZeroSiam compiled
 #             with CUDA graphs (compile:reduce-overhead) and without (compile)
@@ -37,9 +39,12 @@ images=${IMAGES:-2560}
 folder=${FOLDER:-/tmp/gpu_speed_folder}  # written once, read by every step
 mkdir -p "$out"
 left() { echo $(( deadline - $(date +%s) )); }
+steps=" ${STEPS:-vit64 resnet64 vit1 vit64_tent guard_cost equivalence} "
+wanted() { [[ $steps == *" $1 "* ]]; }  # wanted NAME: whether STEPS names this step
 
 step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME, within the deadline
   local name=$1 start rc; shift
+  wanted "$name" || return 0
   if (( $(left) < 30 )); then echo "$name: skipped, deadline" | tee -a "$out/steps.txt"; return; fi
   start=$(date +%s)
   timeout -s TERM -k 10 "$(left)" python benchmarks/gpu_check.py --device "$device" --folder "$folder" \
@@ -56,7 +61,8 @@ if command -v nvidia-smi > /dev/null; then
 fi
 
 step vit64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
-  --methods tent,zerosiam,sar,deyo --options channels_last,compile --option-methods zerosiam --profile
+  --methods tent,zerosiam,sar,deyo --options channels_last,compile,compile:reduce-overhead \
+  --option-methods zerosiam --profile
 step resnet64 --models "$resnet" --precisions tf32,bf16 --batch-size 64 --images "$images" \
   --methods tent,zerosiam,sar,deyo --options channels_last,compile+channels_last,compile \
   --option-methods zerosiam --profile
@@ -66,6 +72,7 @@ step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$ima
   --methods tent --options compile --option-methods tent
 extra() {  # extra NAME NEEDS KEEP LOG SCRIPT ARGS...: SCRIPT if NEEDS s are left, stopped KEEP s before the deadline
   local name=$1 needs=$2 keep=$3 log=$4; shift 4
+  wanted "$name" || return 0
   if (( $(left) > needs )); then
     timeout -s TERM -k 10 "$(( $(left) - keep ))" python "$@" > "$out/$log" 2>&1
     echo "$name: exit $?" | tee -a "$out/steps.txt"
