@@ -42,6 +42,8 @@ class Guardable:
 
     def roll_back(self, snapshot: Weights, streams: Tensor) -> None:
         """The flagged streams back to a ``snapshot``'s weights, with no momentum."""
+        if self.trainable:  # the flags onto the device once: each copy of host flags waits for the device
+            streams = streams.to(self.trainable[0].device)
         self._put_weights(snapshot, streams)
         zero_momentum_rows(self.optimizer, streams)
 
@@ -76,8 +78,6 @@ class Guardable:
         return grad * self.layout.per_row(self._step_scale.to(grad.device), grad)
 
     def _put_weights(self, weights: Weights, streams: Tensor) -> None:
-        if self.trainable:  # the flags onto the device once: each copy of host flags waits for the device
-            streams = streams.to(self.trainable[0].device)
         for name, param in self.params.items():
             put_rows(param, weights["params"][name], streams)
         for name, param in self.predictor.named_parameters() if weights["predictor"] else ():
