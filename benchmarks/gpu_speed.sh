@@ -19,7 +19,9 @@
 #             with CUDA graphs (compile:reduce-overhead) and without (compile)
 #   extra     if time is left: Tent compiled on ViT-B/16 tf32 (ZeroSiam ÷ Tent on the compiled path),
 #             benchmarks/guard_cost.py (each guard's step ÷ the unguarded one, ResNet-26-GN, batch 64 and 1),
-#             then benchmarks/speed_equivalence.py on the GPU (ResNet-26-GN, 10,000 CIFAR-10-C images)
+#             benchmarks/streams.py (batch-1 streams one by one, 15 stacked and 45 stacked: the 15
+#             corruptions under three seeds, as `bench --stack` runs them), then
+#             benchmarks/speed_equivalence.py on the GPU (ResNet-26-GN, 10,000 CIFAR-10-C images)
 #
 # Measured on one H200 (2026-11-29, deadline 500 s): vit64 137 s, resnet64 280 s (its 6 compiled rows),
 # vit1 stopped by the deadline after its eager rows and one compiled row; the GPU was idle in 72 of 99
@@ -39,7 +41,7 @@ images=${IMAGES:-2560}
 folder=${FOLDER:-/tmp/gpu_speed_folder}  # written once, read by every step
 mkdir -p "$out"
 left() { echo $(( deadline - $(date +%s) )); }
-steps=" ${STEPS:-vit64 resnet64 vit1 vit64_tent guard_cost equivalence} "
+steps=" ${STEPS:-vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
 wanted() { [[ $steps == *" $1 "* ]]; }  # wanted NAME: whether STEPS names this step
 
 step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME, within the deadline
@@ -82,6 +84,8 @@ extra() {  # extra NAME NEEDS KEEP LOG SCRIPT ARGS...: SCRIPT if NEEDS s are lef
 }
 # the guards' cost on the GPU (ratios to the unguarded step, beside it), leaving a minute for the equivalence
 extra guard_cost 90 60 guard_cost.md benchmarks/guard_cost.py --device "$device" --repeats 3
+extra streams 120 60 streams.md benchmarks/streams.py --device "$device" --model resnet26_gn \
+  --methods noadapt,tent,zerosiam --steps 100 --repeats 3 --limit 200
 extra equivalence 60 0 equivalence.log benchmarks/speed_equivalence.py --device "$device" \
   --options channels_last,compile
 

@@ -5,7 +5,9 @@
 Each of the 15 benchmark corruptions (project CIFAR-10-C, severity 5) is one stream of single images.
 "one by one" adapts every stream with its own adapter, a step at a time; "stacked" adapts all of them
 with ``zerosiam.adapt(..., streams=15)``, one forward per step. The table gives the time per image
-(median of interleaved repeats, so a busy machine slows both alike) and the ratio. Then both ways run
+(median of interleaved repeats, so a busy machine slows both alike) and the ratio, and what a stack of
+the 15 corruptions under ``--seeds`` seeds costs per image (``bench --stack`` stacks the runs of a
+corruption's seeds too; each "seed" here streams the next ``--steps`` images). Then both ways run
 the benchmark's own runs (``runner.run`` and ``runner.run_stacked``, label shift at batch size 1 on the
 first ``--limit`` images of three corruptions) and the accuracies are printed side by side: they must
 agree up to float rounding, except DeYO's and COME's, whose random patch orders are drawn differently.
@@ -28,12 +30,14 @@ from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.data.tensors import to_input
 
 
-def streams_of_images(steps: int, device: torch.device) -> torch.Tensor:
-    """``[steps, B, 1, 3, 32, 32]``: the first ``steps`` images of each benchmark corruption."""
+def streams_of_images(steps: int, device: torch.device, seeds: int = 1) -> torch.Tensor:
+    """``[steps, B, 1, 3, 32, 32]``, B = 15 × ``seeds``: for each of ``seeds`` stand-in seeds, the next
+    ``steps`` images of each benchmark corruption."""
     streams = []
-    for name in corruptions.BENCHMARK:
-        images, _ = load_corrupted("cifar10c", name, 5)
-        streams.append(to_input(images[:steps]))
+    for seed in range(seeds):
+        for name in corruptions.BENCHMARK:
+            images, _ = load_corrupted("cifar10c", name, 5)
+            streams.append(to_input(images[seed * steps : (seed + 1) * steps]))
     return torch.stack(streams, 1).unsqueeze(2).to(device)
 
 
@@ -84,24 +88,30 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=300, help="images per corruption in the agreement runs")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds stacked with the 15 corruptions")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     device = resolve_device(args.device)
-    data = streams_of_images(args.steps, device)
+    everything = streams_of_images(args.steps, device, args.seeds)
+    data = everything[:, : len(corruptions.BENCHMARK)]
     threads = torch.get_num_threads()
     where = describe_device(device)
     print(f"{args.model}, batch size 1, {data.shape[1]} streams × {args.steps} steps, "
           f"{where.get('gpu', where['device'])}, {threads} threads")  # fmt: skip
-    print("\n| method | ms/image one by one | ms/image stacked | one by one ÷ stacked |")
-    print("| --- | ---: | ---: | ---: |")
+    wide = everything.shape[1]
+    print(f"\n| method | ms/image one by one | ms/image stacked | one by one ÷ stacked "
+          f"| ms/image {wide} stacked | stacked ÷ {wide} stacked |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     methods = args.methods.split(",")
+    ways = {"alone": (False, data), "stacked": (True, data), "wide": (True, everything)}
     for method in methods:
-        timings = {False: [], True: []}
+        timings: dict[str, list[float]] = {way: [] for way in ways}
         for _ in range(args.repeats):
-            for stacked in (False, True):
-                timings[stacked].append(seconds_per_image(args.model, method, stacked, data, device))
-        alone, stacked = (statistics.median(timings[flag]) * 1000 for flag in (False, True))
-        print(f"| {method} | {alone:.2f} | {stacked:.2f} | {alone / stacked:.2f} |")
+            for way, (stacked, feed) in ways.items():
+                timings[way].append(seconds_per_image(args.model, method, stacked, feed, device))
+        alone, stacked, wide_ms = (statistics.median(timings[way]) * 1000 for way in ways)
+        print(f"| {method} | {alone:.2f} | {stacked:.2f} | {alone / stacked:.2f} | {wide_ms:.2f} "
+              f"| {stacked / wide_ms:.2f} |")  # fmt: skip
     print(f"\nlabel shift at batch size 1, first {args.limit} images, accuracy stacked / one by one:")
     for method in methods:
         for corruption, stacked, alone in agreement(args.model, method, args.limit, device):

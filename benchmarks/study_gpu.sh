@@ -77,10 +77,11 @@ select_rates convnext_nano_ln $baselines $per &
 select_rates resnet20 $baselines $per &
 wait"
 
-# what the 2-core machine cannot do first: the batch-1 tables (stacked: 15 corruptions per process)
+# what the 2-core machine cannot do first: the batch-1 tables (stacked: a model and method's 15 corruptions,
+# under every seed the grid names, per process)
 for grid in ${GRIDS:-label_shift batch1 blind_spot mild_mixed label_shift_seeds ablation_compositions \
     ablation_predictor ablation_alpha ablation_rates_resnet26_gn ablation_rates_vit_tiny_ln ablation_objective}; do
-  # a stacked task (15 runs of 10,000 steps) is stored when it ends: few at once, so that some end in time;
+  # a stacked task (15 runs of 10,000 steps a seed) is stored when it ends: few at once, so that some end in time;
   # on an H100, 4 at once slowed each other by about 5 %, 12 at once shared it (one of 12 ended in 543 s)
   name=$(basename "$grid" .yaml)
   case $name in batch1*|blind_spot*) step "$name" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$name" "bench $grid" ;; esac

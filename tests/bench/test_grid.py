@@ -18,6 +18,7 @@ from tests.conftest import needs_assets
 from zerosiam.bench import backends
 from zerosiam.bench.grid import Execution, Grid, Progress, execute, tasks_of, throttled
 from zerosiam.bench.store import Failure, ResultStore
+from zerosiam.bench.tasks import run_ids_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,22 +205,21 @@ def test_rate_factors_scale_each_methods_rate_and_leave_factor_one_runs_as_they_
         Grid(models=["resnet20"], methods=["tent"], rate_factors=[0]).validate()
 
 
-def test_stacking_groups_batch1_runs_that_differ_only_in_corruption():
+def test_stacking_groups_batch1_runs_that_differ_only_in_corruption_and_seed():
     grid = Grid(models=["resnet26_gn"], methods=["noadapt", "tent", "sar", "zerosiam"],
-                corruptions=["fog", "snow", "frost"], protocols=["bs1", "mild"])  # fmt: skip
+                corruptions=["fog", "snow", "frost"], protocols=["bs1", "mild"], seeds=[0, 1])  # fmt: skip
     specs = grid.specs()
     assert [[values] for values in (s.as_dict() for s in specs)] == tasks_of(specs, stack=False)
-    tasks = tasks_of(specs, stack=True, most=2)
-    assert sorted(values["corruption"] for task in tasks for values in task) == sorted(
-        s.corruption for s in specs
-    )
+    tasks = tasks_of(specs, stack=True, most=4)
+    assert sorted(run_id for task in tasks for run_id in run_ids_of(task)) == sorted(s.run_id for s in specs)
     stacked = [task for task in tasks if len(task) > 1]
-    assert len(stacked) == 4 and all(len(task) == 2 for task in stacked)  # fog+snow of each; frost apart
+    assert sorted(len(task) for task in stacked) == [2] * 4 + [4] * 4  # 6 runs of each method: 4 + 2
     for task in stacked:
-        assert task[0]["protocol"] == "bs1"
-        assert {k: v for k, v in task[0].items() if k != "corruption"} == {
-            k: v for k, v in task[1].items() if k != "corruption"
-        }
+        assert {values["protocol"] for values in task} == {"bs1"}
+        shared = [{k: v for k, v in values.items() if k not in ("corruption", "seed")} for values in task]
+        assert all(one == shared[0] for one in shared)
+    assert {values["seed"] for task in stacked for values in task} == {0, 1}
+    assert all(len(task) == 1 for task in tasks if task[0]["protocol"] == "mild")
     mlp = Grid(models=["resnet26_gn"], methods=["zerosiam"], corruptions=["fog", "snow"], protocols=["bs1"],
                hparams={"predictor": "mlp"}).specs()  # fmt: skip
     assert len(tasks_of(mlp, stack=True)) == 2  # the MLP predictor does not stack

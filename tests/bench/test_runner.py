@@ -159,30 +159,30 @@ def test_a_prelude_is_checked_and_an_empty_one_keeps_old_run_ids():
     ],
 )
 def test_stacked_runs_give_each_run_what_it_gets_alone(fake_domains, tiny_model, protocol, method):
-    """Three corruptions as three streams of one adapter: every run's accuracy, counts and curves are
-    those of the run on its own, also where the streams differ in length (the blind spot's one pass)."""
-    specs = [
-        _spec(method=method, protocol=protocol, batch_size=1, corruption=name, hparams={"lr": 0.05})
-        for name in ("fog", "snow", "frost")
-    ]
+    """Three corruptions and two seeds as four streams of one adapter: every run's accuracy, counts and
+    curves are those of the run on its own, also where the streams differ in length (the blind spot's one
+    pass) and where one corruption is streamed in two seeded orders."""
+    shared = dict(method=method, protocol=protocol, batch_size=1, hparams={"lr": 0.05})
+    pairs = (("fog", 0), ("snow", 0), ("frost", 1), ("fog", 1))
+    specs = [_spec(**shared, corruption=name, seed=seed) for name, seed in pairs]
     stacked = runner.run_stacked(specs)
     for spec, result in zip(specs, stacked, strict=True):
         alone = runner.run(spec)
-        assert result.spec == spec and result.metrics["streams"] == 3
+        assert result.spec == spec and result.metrics["streams"] == 4
         for key in ("accuracy", "samples", "steps", "updates"):
             assert result.metrics[key] == pytest.approx(alone.metrics[key]), key
         assert result.curves.keys() == alone.curves.keys()
         for key, curve in alone.curves.items():
             assert result.curves[key] == pytest.approx(curve, rel=1e-4, abs=1e-5, nan_ok=True), key
     final = [r.curves["entropy"][-1] for r in stacked]
-    assert len(set(final)) == 3  # three streams that adapted apart
+    assert len(set(final)) == 4  # four streams that adapted apart
     if protocol == "blind_spot":
         assert len({r.metrics["steps"] for r in stacked}) > 1  # passes of different lengths were stacked
 
 
 def test_runs_that_cannot_share_an_adapter_are_refused(fake_domains, tiny_model):
     fog, snow = _spec(batch_size=1, protocol="bs1"), _spec(batch_size=1, protocol="bs1", corruption="snow")
-    with pytest.raises(ValueError, match=r"differ in their corruption only, not in \['method'\]"):
+    with pytest.raises(ValueError, match=r"differ in their corruption and seed only, not in \['method'\]"):
         runner.run_stacked([fog, dataclasses.replace(snow, method="zerosiam")])
     with pytest.raises(ValueError, match="do not stack"):
         runner.run_stacked(

@@ -25,23 +25,26 @@ from zerosiam.protocols import streams
 from zerosiam.protocols.build import MIXED, Stream, gather_batch
 
 STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps
+# What stacked runs may differ in: each stream is built from its own run's corruption and seed (the seed
+# orders the stream), while the model, the method and its rates are the adapter's and shared.
+STACKED_AXES = ("corruption", "seed")
 
 
 def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
-    """The runs' common spec if they may share one stacked adapter: the same run but for the corruption,
-    no prelude (a relay hands one model over) and not the mixed protocol (one stream already); otherwise
-    a one-line error."""
+    """The runs' common spec if they may share one stacked adapter: the same run but for the corruption
+    and the seed (``STACKED_AXES``), no prelude (a relay hands one model over) and not the mixed protocol
+    (one stream already); otherwise a one-line error."""
     if not specs:
         raise ValueError("no runs to stack")
     first = specs[0]
     if len(specs) == 1:
         return first
-    common = {field: value for field, value in first.as_dict().items() if field != "corruption"}
+    common = {field: value for field, value in first.as_dict().items() if field not in STACKED_AXES}
     for spec in specs[1:]:
         values = spec.as_dict()
         differing = [field for field, value in common.items() if values[field] != value]
         if differing:
-            raise ValueError(f"stacked runs may differ in their corruption only, not in {differing}")
+            raise ValueError(f"stacked runs may differ in their corruption and seed only, not in {differing}")
     if first.prelude or first.corruption == MIXED:
         raise ValueError(
             f"runs with a prelude or of the mixed protocol do not stack (protocol {first.protocol!r}, "

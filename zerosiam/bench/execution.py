@@ -46,11 +46,11 @@ def execute(
     """Run the specs that have no row yet, writing each result as it finishes and each failure as it
     happens; returns how many ran and the failures. A failed run does not stop the others.
 
-    ``execution`` (default: a local pool) says where and how: with ``stack``, batch-size-1 runs that
-    differ only in their corruption run as streams of one adapter (``tasks_of``): the same results, up to
-    float rounding, in a fraction of the time. Every ``checkpoint_every`` seconds (None: never) a task
-    saves its progress beside the store, so that a grid stopped part-way goes on with its unfinished runs
-    from there; a task's checkpoint is removed once all its runs are stored."""
+    ``execution`` (default: a local pool) says where and how: with ``stack``, batch-size-1 runs that differ
+    only in their corruption and seed run as streams of one adapter (``tasks_of``): the same results, up to
+    float rounding, in a fraction of the time. Every ``checkpoint_every`` seconds (None: never) a task saves
+    its progress beside the store, so that a grid stopped part-way goes on with its unfinished runs from
+    there; a task's checkpoint is removed once all its runs are stored."""
     execution = execution or Execution()
     todo = pending(specs, store)
     if not todo:

@@ -152,10 +152,12 @@ def run_stacked(
     checkpoint: RunCheckpoint | None = None,
     speed: Speed | None = None,
 ) -> list[Result]:
-    """Execute runs that differ only in their corruption as stacked streams of one adapter
+    """Execute runs that differ only in their corruption and seed as stacked streams of one adapter
     (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
     the batch-size-1 protocols affordable. Each run's result is what ``run`` gives it, up to float
     rounding; its ``seconds`` are its share of the wall time and ``streams`` says how many shared it.
+    Each stream is ordered by its own run's seed; the methods' own draws (DeYO's and COME's patch
+    shuffles) come from one generator seeded by the first run's, the same law as alone, other draws.
     ``report(done, total)`` hears of every step, and of every batch of the blind spot's final frozen
     pass (counted as steps after the stream's): at a step per image over whole sets such a task runs
     long, and a grid's workers tell their driver how far along they are.

@@ -2,8 +2,8 @@
 along it is.
 
 A *task* is what one worker runs at once: one run, or batch-size-1 runs that differ only in their
-corruption, stacked as streams of one adapter. Every backend (``bench/backends.py``) hands tasks to the
-same entry point, ``attempt``, and gets back one *outcome* per run: its result, or a ``Failure``.
+corruption and seed, stacked as streams of one adapter. Every backend (``bench/backends.py``) hands tasks
+to the same entry point, ``attempt``, and gets back one *outcome* per run: its result, or a ``Failure``.
 ``Execution`` says where and how they run; none of it is part of a run's identity.
 
 How the model's forward runs (``Execution.speed``: compile, channels-last) goes to every worker with its
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zerosiam.bench.batches import STACKED_PROTOCOLS
+from zerosiam.bench.batches import STACKED_AXES, STACKED_PROTOCOLS
 from zerosiam.bench.checkpoint import CHECKPOINT_EVERY, Checkpointing
 from zerosiam.bench.device import resolve_device
 from zerosiam.bench.memory import fix_mmap_threshold
@@ -42,7 +42,7 @@ class Execution:
     address: str | None = None  # a Ray cluster
     device: str = "cpu"  # auto, cpu, cuda, cuda:N
     gpus_per_run: float = 0.0  # Ray's GPU resources per run (fractions share a GPU)
-    stack: bool = False  # batch-size-1 runs that differ only in their corruption share one adapter
+    stack: bool = False  # batch-size-1 runs that differ only in their corruption and seed share one adapter
     checkpoint_every: float | None = CHECKPOINT_EVERY  # seconds between a task's saves (None: never)
     progress: bool = True  # show a bar of the runs
     compile: bool | str = False  # torch.compile each run's model forward (True, or a mode)
@@ -68,6 +68,10 @@ class Progress:
 
 Show = Callable[[list[Progress]], None]  # the running tasks' progress, to display
 REPORT_EVERY = 2.0  # seconds between a task's progress messages
+# The most runs one stacked task takes: the 15 corruptions of the benchmark under three seeds. On two CPU
+# cores a 45-stream step costs 10-14 % less per image than a 15-stream one (docs/efficiency.md); a GPU's
+# one-image step is mostly launch overhead, so there more streams should cost little more a step.
+STACK_MOST = 45
 
 
 def throttled(send: Callable[[Progress], None], every: float = REPORT_EVERY) -> Report:
@@ -85,9 +89,9 @@ def throttled(send: Callable[[Progress], None], every: float = REPORT_EVERY) -> 
     return report
 
 
-def tasks_of(specs: list[RunSpec], stack: bool, most: int = 15) -> list[Task]:
+def tasks_of(specs: list[RunSpec], stack: bool, most: int = STACK_MOST) -> list[Task]:
     """The runs as worker tasks: one run each, or with ``stack``, up to ``most`` batch-size-1 runs that
-    differ only in their corruption in one task."""
+    differ only in their corruption and seed in one task."""
     groups: dict[str, Task] = {}
     tasks: list[Task] = []
     for spec in specs:
@@ -95,7 +99,7 @@ def tasks_of(specs: list[RunSpec], stack: bool, most: int = 15) -> list[Task]:
         if not (stack and _stacks(spec)):
             tasks.append([values])
             continue
-        key = run_id_for({k: v for k, v in values.items() if k != "corruption"})
+        key = run_id_for({k: v for k, v in values.items() if k not in STACKED_AXES})
         group = groups.setdefault(key, [])
         if not group:
             tasks.append(group)

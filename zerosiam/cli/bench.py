@@ -146,9 +146,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--stack",
         action="store_true",
-        help="run the batch-size-1 runs that differ only in corruption as streams of one adapter (the same "
-        "results, many times faster): any method with a linear predictor or none (not predictor=mlp), "
-        "without a prelude, on a GroupNorm/LayerNorm model; other runs go alone",
+        help="run the batch-size-1 runs that differ only in corruption and seed as streams of one adapter "
+        "(the same results, many times faster): any method with a linear predictor or none (not "
+        "predictor=mlp), without a prelude, on a GroupNorm/LayerNorm model; other runs go alone",
     )
     parser.set_defaults(func=main)
 
