@@ -84,7 +84,7 @@ for grid in ${GRIDS:-label_shift batch1 blind_spot mild_mixed label_shift_seeds 
   # a stacked task (15 runs of 10,000 steps a seed) is stored when it ends: few at once, so that some end in time;
   # on an H100, 4 at once slowed each other by about 5 %, 12 at once shared it (one of 12 ended in 543 s)
   name=$(basename "$grid" .yaml)
-  case $name in batch1*|blind_spot*) step "$name" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$name" "bench $grid" ;; esac
+  case $name in batch1*|blind_spot*|seeds_wild*) step "$name" "bench $grid ${STACK_WORKERS:-4}" ;; *) step "$name" "bench $grid" ;; esac
 done
 python benchmarks/study_export.py "$db" "$out/study.db"
 python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$out/study.db"
