@@ -69,7 +69,7 @@ class Progress:
 Show = Callable[[list[Progress]], None]  # the running tasks' progress, to display
 REPORT_EVERY = 2.0  # seconds between a task's progress messages
 # The most runs one stacked task takes: the 15 corruptions of the benchmark under three seeds. On two CPU
-# cores a 45-stream step costs 10-14 % less per image than a 15-stream one (docs/efficiency.md); a GPU's
+# cores a 45-stream step costs 9-12 % less per image than a 15-stream one (docs/efficiency.md); a GPU's
 # one-image step is mostly launch overhead, so there more streams should cost little more a step.
 STACK_MOST = 45
 
