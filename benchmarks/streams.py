@@ -33,11 +33,8 @@ from zerosiam.data.tensors import to_input
 def streams_of_images(steps: int, device: torch.device, seeds: int = 1) -> torch.Tensor:
     """``[steps, B, 1, 3, 32, 32]``, B = 15 × ``seeds``: for each of ``seeds`` stand-in seeds, the next
     ``steps`` images of each benchmark corruption."""
-    streams = []
-    for seed in range(seeds):
-        for name in corruptions.BENCHMARK:
-            images, _ = load_corrupted("cifar10c", name, 5)
-            streams.append(to_input(images[seed * steps : (seed + 1) * steps]))
+    loaded = [load_corrupted("cifar10c", name, 5)[0] for name in corruptions.BENCHMARK]
+    streams = [to_input(images[s * steps : (s + 1) * steps]) for s in range(seeds) for images in loaded]
     return torch.stack(streams, 1).unsqueeze(2).to(device)
 
 
