@@ -11,6 +11,7 @@ from PIL import Image
 
 from tests.conftest import needs_assets
 from zerosiam.bench import datasets, runner
+from zerosiam.bench.batches import StackedBatches, padded
 from zerosiam.bench.runner import RunSpec, StreamBatches
 from zerosiam.corruptions.datasets import build_cifar10c, build_imagenet_c
 from zerosiam.data.sources import DatasetFormatError, ImageFiles, imagenet_wnids
@@ -82,6 +83,24 @@ def test_streamed_batches_equal_decoding_the_files_into_memory(imagenet_c, proto
     reference = [memory_batch for memory_batch in StreamBatches(memory)]
     for (pixels, labels), (expected_pixels, expected_labels) in zip(loader, reference, strict=True):
         assert torch.equal(pixels, expected_pixels) and torch.equal(labels, expected_labels)
+
+
+def test_stacked_streams_of_files_share_one_loader_and_its_workers(imagenet_c):
+    """A stacked task's streams (two corruptions under two seeds here, up to 45 in a grid) are decoded by
+    one loader with the machine's workers, not by a loader and a worker or more per stream, and its
+    batches are the streams' own, stream after stream."""
+    root, _ = imagenet_c
+    streamed = lambda name: datasets.open_domain(f"imagenet-c:{root}", name, 1)  # noqa: E731
+    specs = [Spec("bs1", corruption=name, seed=seed, batch_size=1) for name in CORRUPTIONS for seed in (0, 1)]
+    streams = [build_stream(spec, streamed) for spec in specs]
+    length = max(len(stream.rows) for stream in streams)
+    alone = [StreamBatches(padded(stream, length)) for stream in streams]
+    loader = StackedBatches(alone).loader(torch.device("cpu"), start=3)
+    assert loader.num_workers == alone[0].loader(torch.device("cpu")).num_workers >= 1
+    for index, (pixels, labels) in enumerate(loader, start=3):
+        assert torch.equal(pixels, torch.cat([batches[index][0] for batches in alone]))
+        assert torch.equal(labels, torch.cat([batches[index][1] for batches in alone]))
+    assert index == length - 1
 
 
 def test_a_subset_of_the_classes_keeps_the_canonical_labels(imagenet_c, tmp_path):

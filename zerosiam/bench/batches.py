@@ -2,9 +2,10 @@
 
 ``run_stacked`` steps one adapter over several streams at once (``zerosiam.adapt(..., streams=B)``); this
 module is the machinery around that loop, apart from what a run is and measures. ``StreamBatches`` hands a
-stream's batches to a ``DataLoader``; ``check_stackable`` says which runs may share an adapter and
-``padded`` brings their streams to one length; ``Score`` keeps each stream's online accuracy; ``SetAside``
-keeps the weights of a stream that ended before the others, so that it is judged as it stood at its end.
+stream's batches to a ``DataLoader`` (``StackedBatches`` a task's streams', to one); ``check_stackable``
+says which runs may share an adapter and ``padded`` brings their streams to one length; ``Score`` keeps
+each stream's online accuracy; ``SetAside`` keeps the weights of a stream that ended before the others, so
+that it is judged as it stood at its end.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps
 STACKED_AXES = ("corruption", "seed")
 
 
+def unstacked(values: dict[str, object]) -> dict[str, object]:
+    """A run's spec (``RunSpec.as_dict``) without the axes stacked runs may differ in: runs that share it
+    may share an adapter."""
+    return {field: value for field, value in values.items() if field not in STACKED_AXES}
+
+
 def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
     """The runs' common spec if they may share one stacked adapter: the same run but for the corruption
     and the seed (``STACKED_AXES``), no prelude (a relay hands one model over) and not the mixed protocol
@@ -39,7 +46,7 @@ def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
     first = specs[0]
     if len(specs) == 1:
         return first
-    common = {field: value for field, value in first.as_dict().items() if field not in STACKED_AXES}
+    common = unstacked(first.as_dict())
     for spec in specs[1:]:
         values = spec.as_dict()
         differing = [field for field, value in common.items() if values[field] != value]
@@ -70,19 +77,46 @@ class StreamBatches(torch.utils.data.Dataset):
         a, b = self.bounds[index]
         return gather_batch(self.stream, self.stream.rows[a:b])
 
-    def loader(self, device: torch.device, shared_by: int = 1, start: int = 0) -> torch.utils.data.DataLoader:
-        """The loader of the batches from ``start`` on; ``shared_by`` stacked streams split the machine's
-        decoding workers between them."""
-        workers = max((datasets.loader_workers(images) for images, _ in self.stream.domains), default=0)
-        workers = -(-workers // shared_by)  # rounded up: a stream that decodes files keeps one
-        return torch.utils.data.DataLoader(
-            torch.utils.data.Subset(self, range(start, len(self))) if start else self,
-            batch_size=None,
-            shuffle=False,
-            num_workers=workers,
-            pin_memory=device.type == "cuda",
-            prefetch_factor=4 if workers else None,
-        )
+    def loader(self, device: torch.device, start: int = 0) -> torch.utils.data.DataLoader:
+        """The loader of the batches from ``start`` on."""
+        return ordered_loader(self, [self.stream], device, start)
+
+
+class StackedBatches(torch.utils.data.Dataset):
+    """Step ``i`` of every stacked stream (each brought to one length by ``padded``) as one batch, stream
+    after stream: one loader, with the machine's decoding workers, serves a task however many streams it
+    stacks, where a loader per stream would start a worker or more for each of up to 45 streams."""
+
+    def __init__(self, streams: Sequence[StreamBatches]) -> None:
+        self.streams = streams
+
+    def __len__(self) -> int:
+        return len(self.streams[0])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        data = [stream[index] for stream in self.streams]
+        return torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])
+
+    def loader(self, device: torch.device, start: int = 0) -> torch.utils.data.DataLoader:
+        """The loader of the stacked batches from ``start`` on."""
+        return ordered_loader(self, [batches.stream for batches in self.streams], device, start)
+
+
+def ordered_loader(
+    dataset: torch.utils.data.Dataset, sources: Sequence[Stream], device: torch.device, start: int = 0
+) -> torch.utils.data.DataLoader:
+    """A loader of ``dataset``'s batches from ``start`` on, in order, gathered (for files: decoded) ahead
+    by as many workers as the domains of ``sources`` call for, in pinned memory for a GPU."""
+    domains = [images for source in sources for images, _ in source.domains]
+    workers = max((datasets.loader_workers(images) for images in domains), default=0)
+    return torch.utils.data.DataLoader(
+        torch.utils.data.Subset(dataset, range(start, len(dataset))) if start else dataset,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=4 if workers else None,
+    )
 
 
 def padded(stream: Stream, length: int) -> Stream:

@@ -27,7 +27,15 @@ from tqdm import tqdm
 import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench import datasets
-from zerosiam.bench.batches import STACKED_PROTOCOLS, Score, SetAside, StreamBatches, check_stackable, padded
+from zerosiam.bench.batches import (
+    STACKED_PROTOCOLS,
+    Score,
+    SetAside,
+    StackedBatches,
+    StreamBatches,
+    check_stackable,
+    padded,
+)
 from zerosiam.bench.checkpoint import RunCheckpoint, random_state, restore_random_state
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
@@ -185,8 +193,8 @@ def run_stacked(
     saved = checkpoint.load(device) if checkpoint is not None else None
     first, spent, waited = _resume(saved, adapter, scores, aside) if saved is not None else (0, 0.0, 0.0)
     start = time.perf_counter() - spent
-    loaders = [iter(b.loader(device, shared_by=len(specs), start=first)) for b in batches]
-    if saved is not None:  # after the loaders, which draw their seeds from it
+    loader = iter(StackedBatches(batches).loader(device, start=first))
+    if saved is not None:  # after the loader, which draws its seed from it
         restore_random_state(saved["random"], device)
     steps = tqdm(
         range(first, length), initial=first, total=length, desc=spec.method, leave=False, disable=not progress
@@ -195,9 +203,9 @@ def run_stacked(
     total = length + (len(frozen_batches(stacked[0], frozen_rows[0])) if frozen_rows else 0)
     for index in steps:
         asked = time.perf_counter()
-        data = [next(loader) for loader in loaders]  # decoded ahead by the loaders' workers, in order
+        x, y = next(loader)  # decoded ahead by the loader's workers, in order
         waited += time.perf_counter() - asked
-        x, y = to_device(torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data]), device)
+        x, y = to_device(x, y, device)
         hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
         for score, stream_batches, stream_hits, end in zip(scores, batches, hits, ends, strict=True):
             if index < end:

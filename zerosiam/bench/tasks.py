@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zerosiam.bench.batches import STACKED_AXES, STACKED_PROTOCOLS
+from zerosiam.bench.batches import STACKED_PROTOCOLS, unstacked
 from zerosiam.bench.checkpoint import CHECKPOINT_EVERY, Checkpointing
 from zerosiam.bench.device import resolve_device
 from zerosiam.bench.memory import fix_mmap_threshold
@@ -99,7 +99,7 @@ def tasks_of(specs: list[RunSpec], stack: bool, most: int = STACK_MOST) -> list[
         if not (stack and _stacks(spec)):
             tasks.append([values])
             continue
-        key = run_id_for({k: v for k, v in values.items() if k not in STACKED_AXES})
+        key = run_id_for(unstacked(values))
         group = groups.setdefault(key, [])
         if not group:
             tasks.append(group)
