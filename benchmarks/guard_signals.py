@@ -1,0 +1,125 @@
+"""What a label-free guard can read on a stream, beside what it would need to know: an unguarded run,
+probed every 4 steps.
+
+    PYTHONPATH=. python benchmarks/guard_signals.py --model vit_tiny_ln --method zerosiam --lr-scale 30 \
+        --corruptions gaussian_noise,impulse_noise,fog,contrast
+
+The study's label-shift stream (CIFAR-10-C, severity 5, class-ordered, batch 64, seed 0). Every 4th step
+the step's batch is also predicted at the source weights, as ``auto`` probes, and each window of 16 steps
+prints the source's and the adapted model's accuracy on the probed images (labels no guard sees), how often
+the two models agree on all of them (``auto``'s first signal) and on the half the source is more confident
+of (a candidate: a model that gains should change the source's doubtful calls, not its sure ones), and how
+much narrower the adapted class histogram is than the source's (``auto``'s second signal). A signal is of
+use to a guard where it parts the windows that lose from those that gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import zerosiam
+from zerosiam.bench.batches import StreamBatches
+from zerosiam.bench.runner import stream_for
+from zerosiam.bench.spec import RunSpec
+from zerosiam.cli._args import csv_list
+from zerosiam.parts.contract import Evaluation, GuardedLearner
+from zerosiam.protocols.build import to_device
+
+PROBE_EVERY = 4  # auto's warm-up schedule, kept for the whole stream
+WINDOW = 4  # probes a printed row sums
+
+
+class Watch:
+    """A guard that never fires: it keeps the source's and the adapted model's probabilities every
+    ``PROBE_EVERY`` steps."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def __call__(
+        self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
+    ) -> Tensor:
+        self.steps += 1
+        if self.steps % PROBE_EVERY == 0:
+            with torch.no_grad():
+                source = learner.source_prediction(x)
+            self.probes.append((self.steps, source.softmax(-1).cpu(), prediction.softmax(-1).cpu()))
+        return learner.layout.all_streams(prediction.device) & False
+
+    def reset(self) -> None:
+        self.steps = 0
+        self.probes: list[tuple[int, Tensor, Tensor]] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def watched_run(spec: RunSpec) -> tuple[list[tuple[int, Tensor, Tensor]], list[Tensor], float]:
+    """Run ``spec`` unguarded but watched: the probes, the labels of each probed step, the accuracy."""
+    torch.manual_seed(spec.seed)
+    model = zerosiam.load_model(spec.model)
+    batches = StreamBatches(stream_for(spec))
+    adapter = zerosiam.adapt(model, spec.method, batch_size=spec.batch_size, guard=Watch(), **spec.hparams)
+    labels, hits = [], 0
+    for step, (pixels, y) in enumerate(batches.loader(torch.device("cpu")), start=1):
+        x, y = to_device(pixels, y, torch.device("cpu"))
+        hits += int((adapter(x).argmax(-1) == y).sum())
+        if step % PROBE_EVERY == 0:
+            labels.append(y)
+    return adapter.recipe.guard.probes, labels, hits / len(batches.stream.rows)
+
+
+def entropy(classes: Tensor, count: int) -> float:
+    share = torch.bincount(classes.flatten(), minlength=count).float() / classes.numel()
+    share = share[share > 0]
+    return float(-(share * share.log()).sum())
+
+
+def window_row(probes: list[tuple[int, Tensor, Tensor]], labels: list[Tensor]) -> str:
+    """One window's line: accuracies, agreement on all and on the source's surer half, narrowing."""
+    source = torch.cat([s for _, s, _ in probes])
+    adapted = torch.cat([a for _, _, a in probes])
+    y = torch.cat(labels)
+    said, changed = source.argmax(-1), adapted.argmax(-1)
+    confidence = source.max(-1).values
+    sure = torch.cat([c >= c.median() for c in confidence.split([len(s) for _, s, _ in probes])])
+    agree = said == changed
+    narrowing = entropy(said, source.shape[-1]) - entropy(changed, source.shape[-1])
+    return (
+        f"| {probes[0][0]}–{probes[-1][0]} | {100 * float((said == y).float().mean()):.1f} "
+        f"| {100 * float((changed == y).float().mean()):.1f} | {float(agree.float().mean()):.2f} "
+        f"| {float(agree[sure].float().mean()):.2f} | {narrowing:+.2f} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="vit_tiny_ln")
+    parser.add_argument("--method", default="zerosiam")
+    parser.add_argument("--lr-scale", type=float, default=30.0)
+    parser.add_argument("--corruptions", type=csv_list, default=["gaussian_noise", "fog"])
+    parser.add_argument("--protocol", default="label_shift")
+    args = parser.parse_args()
+    for corruption in args.corruptions:
+        spec = RunSpec(args.model, "cifar10c", corruption, 5, args.protocol, args.method,
+                       hparams={"lr_scale": args.lr_scale})  # fmt: skip
+        probes, labels, accuracy = watched_run(spec)
+        print(f"\n{args.model} {args.method} ×{args.lr_scale:g}, {args.protocol}, {corruption}: "
+              f"accuracy {100 * accuracy:.1f}")  # fmt: skip
+        print("| steps | source acc. | adapted acc. | agreement | on the source's surer half | narrowing |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for start in range(0, len(probes), WINDOW):
+            print(window_row(probes[start : start + WINDOW], labels[start : start + WINDOW]))
+
+
+if __name__ == "__main__":
+    main()
