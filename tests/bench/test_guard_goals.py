@@ -31,8 +31,9 @@ def test_each_guard_counts_its_losses_gain_kept_and_false_alarms():
     ]
     rows[8]["metrics"].update(steps=100, guard_triggers=1)
     rows[9]["metrics"].update(steps=100, guard_triggers=0)
-    none, auto, sar = guard_scores(rows)
+    none, auto, rdumb, sar = guard_scores(rows)  # rdumb: the unguarded runs (157 steps each)
     assert (none.guard, none.cells, len(none.lost), none.gain_kept) == ("none", 3, 1, 1.0)
+    assert (rdumb.cells, rdumb.lost, rdumb.gain_kept, rdumb.stand_ins) == (3, none.lost, 1.0, 3)
     assert (auto.guard, auto.cells, auto.lost) == ("auto", 3, ())
     assert round(auto.gain_kept, 6) == round(5 / 6, 6) and auto.alarms_per_100 == 0.5
     assert sar.guard == "sar" and len(sar.lost) == 2 and round(sar.gain_kept, 6) == round(-1 / 6, 6)
@@ -52,3 +53,26 @@ def test_report_prints_the_goals_and_says_when_nothing_adapts(tmp_path, capsys):
     assert report_main(["--db", str(store.path), "--guards"]) == 0
     assert "| auto | 1 | 1 |" in capsys.readouterr().out
     assert report_main(["--db", str(store.path), "--guards", "--methods", "noadapt"]) == 1
+
+
+def test_rdumb_is_judged_on_every_cell_its_reset_cannot_reach_by_the_unguarded_run():
+    rows = [
+        make_row("noadapt", "fog", 0.70, protocol="label_shift"),
+        make_row("noadapt", "snow", 0.70, protocol="label_shift"),
+        make_row("noadapt", "fog", 0.60, protocol="blind_spot"),
+        make_row("tent", "fog", 0.20, protocol="label_shift"),  # 157 steps: rdumb is this run
+        guarded("tent", "snow", 0.72, "rdumb", protocol="label_shift"),  # run: kept as it is
+        make_row("tent", "snow", 0.74, protocol="label_shift"),
+        make_row("tent", "fog", 0.30, protocol="blind_spot"),  # 2,000 steps: rdumb would reset
+        guarded("tent", "fog", 0.69, "auto", protocol="label_shift"),
+    ]
+    for row, steps in zip(rows[3:7], (157, 157, 157, 2000), strict=True):
+        row["metrics"]["steps"] = steps
+    none, auto, rdumb = guard_scores(rows)
+    assert (rdumb.guard, rdumb.cells, rdumb.stand_ins) == ("rdumb", 2, 1)
+    assert rdumb.lost == ("resnet20 Tent, label_shift, Fog: 20.0 (NoAdapt 70.0)",)
+    assert round(rdumb.gain_kept, 6) == 0.5  # 2 of the unguarded 4 points on snow, from its own run
+    assert none.cells == 3 and auto.cells == 1
+    text = to_markdown([none, auto, rdumb])
+    assert "`rdumb`: 1 of its 2 cells are the unguarded runs" in text and "Lost with `rdumb`" not in text
+    assert [score.guard for score in guard_scores(rows[:4])] == ["none"]  # no guard ran: none compared

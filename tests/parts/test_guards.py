@@ -184,3 +184,12 @@ def test_a_shrunk_stream_steps_smaller_and_reset_gives_the_full_step_back():
     adapter.reset()
     adapter(x)
     assert not torch.equal(adapter.snapshot()["params"]["gn.weight"][0], before["gn.weight"][0])
+
+
+def test_rdumb_on_a_stream_shorter_than_its_period_is_the_unguarded_run():
+    """What lets the guards' goals judge rdumb by the unguarded run on such streams (guard_goals)."""
+    plain = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5)
+    rdumb = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5, guard="rdumb")
+    for x in _batches(6):
+        assert torch.equal(plain(x), rdumb(x))
+    assert not _fired(rdumb) and torch.equal(plain.model.gn.weight, rdumb.model.gn.weight)

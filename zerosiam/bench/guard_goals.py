@@ -10,6 +10,11 @@ seed, ...); its NoAdapt is the unguarded, non-adapting run of the same stream. P
   triggers per 100 batches (the goal: under 1).
 
 The third goal, ahead of the guards people use, is the comparison of these rows.
+
+``rdumb`` resets on a clock, every :data:`RDUMB_PERIOD` steps: on a stream of fewer steps it never acts,
+and its run is the unguarded run step for step. Where a grid did not run it on such a stream, the
+unguarded run stands in for it (counted apart, in ``stand_ins``), so that every guard is judged on the
+same cells without hundreds of runs that could only repeat the unguarded ones.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from typing import Any
 from zerosiam.bench.names import method_name
 from zerosiam.bench.spec import NO_GUARD
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
+from zerosiam.parts.guards import Periodic
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
+RDUMB = "rdumb"
+RDUMB_PERIOD = Periodic().every
 # Spec fields that do not change the stream a NoAdapt run sees.
 _NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
 
@@ -40,6 +48,8 @@ class GuardScore:
     gain_kept: float | None  # a fraction; None where the unguarded method gained nowhere
     mild_batches: int
     mild_triggers: int
+    stand_ins: int = 0  # cells judged on the unguarded run: rdumb on streams shorter than its period
+    stood_in_lost: tuple[str, ...] = ()  # the lost cells among those, listed with the unguarded losses
 
     @property
     def alarms_per_100(self) -> float | None:
@@ -64,7 +74,9 @@ def _label(spec: Mapping[str, Any]) -> str:
 
 def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
     """The goals of every guard among ``rows`` (vision rows of one store), ``none`` first. Cells without
-    a NoAdapt run of their stream are left out; accuracies are compared in points."""
+    a NoAdapt run of their stream are left out; accuracies are compared in points. When any guard ran,
+    ``rdumb`` is judged on every cell, its missing runs on short streams stood in for (module docstring)."""
+    rows, stand_ins = _with_idle_rdumb(list(rows))
     baseline: dict[str, float] = {}
     accuracy: dict[str, dict[str, float]] = defaultdict(dict)  # guard → cell → accuracy (points)
     specs: dict[str, Mapping[str, Any]] = {}
@@ -86,19 +98,57 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
     scores = []
     for guard in sorted(accuracy, key=lambda name: (name != NO_GUARD, name)):
         judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
-        lost = tuple(
-            f"{_label(specs[cell])}: {value:.1f} (NoAdapt {reference[cell]:.1f})"
-            for cell, value in sorted(judged.items(), key=lambda item: _label(specs[item[0]]))
-            if value < reference[cell] - LOSS
-        )
+        ordered = sorted(judged, key=lambda cell: _label(specs[cell]))
+        lost = [cell for cell in ordered if judged[cell] < reference[cell] - LOSS]
+        stood_in = stand_ins & judged.keys() if guard == RDUMB else set()
         gaining = [cell for cell in judged if cell in unguarded and unguarded[cell] > reference[cell]]
         gained = sum(unguarded[cell] - reference[cell] for cell in gaining)
         kept = sum(judged[cell] - reference[cell] for cell in gaining)
         batches, triggers = mild[guard]
+        text = {
+            cell: f"{_label(specs[cell])}: {judged[cell]:.1f} (NoAdapt {reference[cell]:.1f})"
+            for cell in lost
+        }
         scores.append(
-            GuardScore(guard, len(judged), lost, kept / gained if gained else None, batches, triggers)
+            GuardScore(
+                guard,
+                len(judged),
+                tuple(text[cell] for cell in lost),
+                kept / gained if gained else None,
+                batches,
+                triggers,
+                len(stood_in),
+                tuple(text[cell] for cell in lost if cell in stood_in),
+            )
         )
     return scores
+
+
+def _with_idle_rdumb(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], set[str]]:
+    """``rows`` and, for each unguarded adapting run of fewer than :data:`RDUMB_PERIOD` steps whose cell
+    has no ``rdumb`` run, that run as ``rdumb``'s (it never triggers); with the cells stood in for. Only
+    when some guard ran: a store of unguarded runs compares no guards."""
+    guarded = {row["spec"].get("guard", NO_GUARD) for row in rows} - {NO_GUARD}
+    if not guarded:
+        return rows, set()
+    ran = {_key(row["spec"], {"guard"}) for row in rows if row["spec"].get("guard") == RDUMB}
+    stand_ins: list[Mapping[str, Any]] = []
+    for row in rows:
+        spec, metrics = row["spec"], row["metrics"]
+        idle = int(metrics.get("steps") or RDUMB_PERIOD) < RDUMB_PERIOD
+        unguarded = spec.get("guard", NO_GUARD) == NO_GUARD and spec["method"] != BASELINE
+        if unguarded and idle and _key(spec, {"guard"}) not in ran:
+            stand_ins.append(_as_rdumb(row))
+    return rows + stand_ins, {_key(row["spec"], {"guard"}) for row in stand_ins}
+
+
+def _as_rdumb(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An unguarded ``row`` as the ``rdumb`` run it equals on a stream shorter than its period."""
+    return {
+        **row,
+        "spec": {**row["spec"], "guard": RDUMB},
+        "metrics": {**row["metrics"], "guard_triggers": 0},
+    }
 
 
 def to_markdown(scores: Sequence[GuardScore]) -> str:
@@ -116,7 +166,14 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         lines.append(f"| {score.guard} | {score.cells} | {len(score.lost)} | {kept} | {alarm_text} |")
     lines += ["", "Gain kept: over the cells where the unguarded method beats NoAdapt, the guarded gain "
               "summed as a share of the unguarded gain summed."]  # fmt: skip
+    lines += [
+        f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs (streams of "
+        f"fewer than {RDUMB_PERIOD:,} steps, where its reset never comes; their losses are not listed)."
+        for score in scores
+        if score.stand_ins
+    ]
     for score in scores:
-        if score.lost and score.guard != NO_GUARD:
-            lines += ["", f"Lost with `{score.guard}`:", *(f"- {cell}" for cell in score.lost)]
+        own = [cell for cell in score.lost if cell not in score.stood_in_lost]
+        if own and score.guard != NO_GUARD:
+            lines += ["", f"Lost with `{score.guard}`:", *(f"- {cell}" for cell in own)]
     return "\n".join(lines) + "\n"
