@@ -28,12 +28,11 @@ from typing import Any
 from zerosiam.bench.names import method_name
 from zerosiam.bench.spec import NO_GUARD
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
-from zerosiam.parts.guards import Periodic
+from zerosiam.parts.guards import RDUMB_EVERY as RDUMB_PERIOD
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
 RDUMB = "rdumb"
-RDUMB_PERIOD = Periodic().every
 # Spec fields that do not change the stream a NoAdapt run sees.
 _NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
 
@@ -132,14 +131,17 @@ def _with_idle_rdumb(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, A
     if not guarded:
         return rows, set()
     ran = {_key(row["spec"], {"guard"}) for row in rows if row["spec"].get("guard") == RDUMB}
-    stand_ins: list[Mapping[str, Any]] = []
+    stand_ins: dict[str, Mapping[str, Any]] = {}  # cell → the unguarded row as rdumb's
     for row in rows:
         spec, metrics = row["spec"], row["metrics"]
         idle = int(metrics.get("steps") or RDUMB_PERIOD) < RDUMB_PERIOD
         unguarded = spec.get("guard", NO_GUARD) == NO_GUARD and spec["method"] != BASELINE
-        if unguarded and idle and _key(spec, {"guard"}) not in ran:
-            stand_ins.append(_as_rdumb(row))
-    return rows + stand_ins, {_key(row["spec"], {"guard"}) for row in stand_ins}
+        if not (unguarded and idle):
+            continue
+        cell = _key(spec, {"guard"})
+        if cell not in ran:
+            stand_ins[cell] = _as_rdumb(row)
+    return rows + list(stand_ins.values()), set(stand_ins)
 
 
 def _as_rdumb(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,11 +28,13 @@ from torch import Tensor
 from zerosiam.parts.contract import Evaluation, GuardedLearner, Recovery
 from zerosiam.parts.recovery import ema_below
 
+RDUMB_EVERY = 1000  # RDumb (Press et al., 2023): reset every 1,000 steps
+
 
 class Periodic:
     """RDumb: every stream back to its source weights after every ``every`` steps."""
 
-    def __init__(self, every: int = 1000) -> None:  # RDumb (Press et al., 2023): reset every 1,000 steps
+    def __init__(self, every: int = RDUMB_EVERY) -> None:
         self.every = every
         self.steps = 0
 
