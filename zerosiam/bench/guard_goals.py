@@ -11,7 +11,7 @@ seed, ...); its NoAdapt is the unguarded, non-adapting run of the same stream. P
 
 The third goal, ahead of the guards people use, is the comparison of these rows.
 
-``rdumb`` resets on a clock, every :data:`RDUMB_PERIOD` steps: on a stream of fewer steps it never acts,
+``rdumb`` resets on a clock, every :data:`RDUMB_EVERY` steps: on a stream of fewer steps it never acts,
 and its run is the unguarded run step for step. Where a grid did not run it on such a stream, the
 unguarded run stands in for it (counted apart, in ``stand_ins``), so that every guard is judged on the
 same cells without hundreds of runs that could only repeat the unguarded ones.
@@ -28,7 +28,7 @@ from typing import Any
 from zerosiam.bench.names import method_name
 from zerosiam.bench.spec import NO_GUARD
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
-from zerosiam.parts.guards import RDUMB_EVERY as RDUMB_PERIOD
+from zerosiam.parts.guards import RDUMB_EVERY
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
@@ -124,7 +124,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
 
 
 def _with_idle_rdumb(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], set[str]]:
-    """``rows`` and, for each unguarded adapting run of fewer than :data:`RDUMB_PERIOD` steps whose cell
+    """``rows`` and, for each unguarded adapting run of fewer than :data:`RDUMB_EVERY` steps whose cell
     has no ``rdumb`` run, that run as ``rdumb``'s (it never triggers); with the cells stood in for. Only
     when some guard ran: a store of unguarded runs compares no guards."""
     guarded = {row["spec"].get("guard", NO_GUARD) for row in rows} - {NO_GUARD}
@@ -134,7 +134,7 @@ def _with_idle_rdumb(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, A
     stand_ins: dict[str, Mapping[str, Any]] = {}  # cell → the unguarded row as rdumb's
     for row in rows:
         spec, metrics = row["spec"], row["metrics"]
-        idle = int(metrics.get("steps") or RDUMB_PERIOD) < RDUMB_PERIOD
+        idle = int(metrics.get("steps") or RDUMB_EVERY) < RDUMB_EVERY
         unguarded = spec.get("guard", NO_GUARD) == NO_GUARD and spec["method"] != BASELINE
         if not (unguarded and idle):
             continue
@@ -170,7 +170,7 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
               "summed as a share of the unguarded gain summed."]  # fmt: skip
     lines += [
         f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs (streams of "
-        f"fewer than {RDUMB_PERIOD:,} steps, where its reset never comes; their losses are not listed)."
+        f"fewer than {RDUMB_EVERY:,} steps, where its reset never comes; their losses are not listed)."
         for score in scores
         if score.stand_ins
     ]
