@@ -17,9 +17,9 @@ Conventions (also in docs/report.md):
   different subset of corruptions would not be comparable with the other lines;
 * the mixed protocol (one run over all corruptions) reads its per-corruption accuracy from
   ``metrics.per_domain`` and adds an ``Overall`` column with the whole stream's accuracy;
-* ``by_seed`` turns the columns into seeds: each seed's average over the corruptions, then the average
-  over seeds with its std, so that a reader sees whether an ordering holds in every seed, not only in the
-  mean;
+* ``by_seed`` turns the columns into seeds: each seed's average over the corruptions, then the mean of
+  the complete seeds with its std, so that a reader sees whether an ordering holds in every seed, not
+  only in the mean;
 * a note under the table counts, per line, the resets of a recovery rule (SAR's) and the triggers of a
   guard over the line's runs, so that a reader sees which lines were put back and how often.
 """
@@ -269,12 +269,16 @@ def _seed_line_cells(
     per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str], members: Sequence[str]
 ) -> dict[str, Cell]:
     """One line of a by-seed table: each seed's mean over ``members`` (blank unless that seed has all of
-    them), then the usual average cell, the mean over seeds ± their std."""
+    them), then the mean ± std of exactly those seed means. A seed still under way counts in no column,
+    so that the last one can be recomputed from the others on the page (the plain table's average, which
+    lets a corruption's seeds stand for it, would show a number no column explains)."""
     cells = {column: Cell(None) for column in columns}
+    complete = []
     for seed, values in per_seed.items():
         if set(members) <= set(values):
-            cells[f"{SEED_COLUMN}{seed}"] = Cell(statistics.fmean(values[m] for m in members), seeds=1)
-    cells[columns[-1]] = _mean_cell(per_seed, members)
+            complete.append(statistics.fmean(values[m] for m in members))
+            cells[f"{SEED_COLUMN}{seed}"] = Cell(complete[-1], seeds=1)
+    cells[columns[-1]] = _summary(complete)
     return cells
 
 
