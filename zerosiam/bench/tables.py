@@ -230,13 +230,24 @@ def _summary(values: Sequence[float]) -> Cell:
     return Cell(statistics.fmean(values), std, len(values))
 
 
+def _complete_seed_means(
+    per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[str]
+) -> dict[Any, float]:
+    """Each seed's mean over ``members``, for the seeds that have every one of them."""
+    return {
+        seed: statistics.fmean(values[m] for m in members)
+        for seed, values in per_seed.items()
+        if set(members) <= set(values)
+    }
+
+
 def _mean_cell(per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[str]) -> Cell:
     """A group mean or the average: the mean of the members' seed-means, defined only when every member is
     present; its std is over the per-seed means of the seeds that have every member."""
     cells = [_summary([values[m] for values in per_seed.values() if m in values]) for m in members]
     if any(cell.mean is None for cell in cells):
         return Cell(None)
-    complete = [statistics.fmean(v[m] for m in members) for v in per_seed.values() if set(members) <= set(v)]
+    complete = list(_complete_seed_means(per_seed, members).values())
     std = statistics.stdev(complete) if len(complete) > 1 else None
     return Cell(statistics.fmean(cell.mean for cell in cells), std, len(complete))
 
@@ -269,16 +280,14 @@ def _seed_line_cells(
     per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str], members: Sequence[str]
 ) -> dict[str, Cell]:
     """One line of a by-seed table: each seed's mean over ``members`` (blank unless that seed has all of
-    them), then the mean ± std of exactly those seed means. A seed still under way counts in no column,
-    so that the last one can be recomputed from the others on the page (the plain table's average, which
-    lets a corruption's seeds stand for it, would show a number no column explains)."""
+    them), then the mean ± std of exactly those seed means. A seed still under way counts in no average,
+    so that the last column can be recomputed from the others on the page (the plain table's average,
+    which lets a corruption's seeds stand for it, would show a number no column explains)."""
     cells = {column: Cell(None) for column in columns}
-    complete = []
-    for seed, values in per_seed.items():
-        if set(members) <= set(values):
-            complete.append(statistics.fmean(values[m] for m in members))
-            cells[f"{SEED_COLUMN}{seed}"] = Cell(complete[-1], seeds=1)
-    cells[columns[-1]] = _summary(complete)
+    means = _complete_seed_means(per_seed, members)
+    for seed, mean in means.items():
+        cells[f"{SEED_COLUMN}{seed}"] = Cell(mean, seeds=1)
+    cells[columns[-1]] = _summary(list(means.values()))
     return cells
 
 
