@@ -32,8 +32,10 @@ def test_difference_and_rank_among_the_six_adapting_methods():
     found = summary.build_summary(rows)
     cell = found.cell("mild", "resnet20")
     assert cell.difference == pytest.approx(2.9)
-    assert (cell.rank, cell.ranked) == (3, 6)  # DeYO 64.0 and COME 63.0 above; COME is 0.1 away, no tie
-    assert cell.text == "+2.9 (3/6)"
+    # one seed: a lead counts from 1.0 point. DeYO's 1.1 counts, COME's 0.1 does not; ZeroSiam leads SAR
+    # (1.9) and Tent (7.9) by margins that count, EATA by 0.9, which does not
+    assert (cell.rank, cell.lowest, cell.ranked) == (2, 4, 6)
+    assert cell.text == "+2.9 (2–4/6)"
     last = summary.build_summary(cell_rows({**SEVEN, "zerosiam": 0.5})).cell("mild", "resnet20")
     assert last.text == "-10.0 (6/6)"
 
@@ -58,16 +60,34 @@ def test_a_cell_compares_methods_on_the_seeds_they_all_have_complete():
     assert summary.build_summary(partial).cell("mild", "resnet20").text == "+6.0 (1/2)"  # seed 0 alone
     for seed in (1, 2):
         rows += cell_rows({"sar": 0.5}, seed=seed)
-    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+0.7 (1/2)"  # all three seeds
+    # all three seeds: ZeroSiam 60.7 ± 4.6, SAR 54.7 ± 8.1; a lead of 6.0 inside the spreads is level
+    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+0.7 (1–2/2)"
     no_shared = cell_rows({"noadapt": 0.60, "zerosiam": 0.66}, seed=1) + cell_rows({"sar": 0.6})
     assert summary.build_summary(no_shared).cell("mild", "resnet20").text == report.MISSING
 
 
-def test_a_tie_within_five_hundredths_shares_the_better_rank():
-    rows = cell_rows({"noadapt": 0.60, "tent": 0.6305, "sar": 0.64, "zerosiam": 0.63})
-    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+3.0 (2/3)"  # tied with Tent
-    rows = cell_rows({"noadapt": 0.60, "tent": 0.6306, "zerosiam": 0.63})
-    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+3.0 (2/2)"  # 0.06 apart
+def test_with_one_seed_a_lead_counts_from_one_point():
+    rows = cell_rows({"noadapt": 0.60, "tent": 0.64, "sar": 0.6399, "zerosiam": 0.63})
+    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+3.0 (2–3/3)"  # SAR 0.99 ahead
+    rows = cell_rows({"noadapt": 0.60, "tent": 0.62, "sar": 0.6201, "zerosiam": 0.63})
+    assert summary.build_summary(rows).cell("mild", "resnet20").text == "+3.0 (1–2/3)"  # leads Tent by 1.0
+
+
+def test_with_seeds_a_lead_counts_from_half_a_point_and_beyond_the_stds_added():
+    def seeded(sar: tuple[float, float, float]) -> list[dict[str, Any]]:
+        """ZeroSiam at 63 ± 0.1 over three seeds, SAR at ``sar`` (fractions) per seed."""
+        rows = []
+        for seed, (accuracy, ours) in enumerate(zip(sar, (0.629, 0.630, 0.631), strict=True)):
+            rows += cell_rows({"noadapt": 0.60, "sar": accuracy, "zerosiam": ours}, seed=seed)
+        return rows
+
+    def text(rows: list[dict[str, Any]]) -> str:
+        return summary.build_summary(rows).cell("mild", "resnet20").text
+
+    assert text(seeded((0.635, 0.635, 0.635))) == "+3.0 (2/2)"  # 0.5 ahead, stds 0 + 0.1
+    assert text(seeded((0.6349, 0.6349, 0.6349))) == "+3.0 (1–2/2)"  # 0.49 ahead: under half a point
+    assert text(seeded((0.628, 0.638, 0.648))) == "+3.0 (1–2/2)"  # 0.8 ahead, stds 1.0 + 0.1
+    assert text(seeded((0.615, 0.615, 0.615))) == "+3.0 (1/2)"  # 1.5 behind
 
 
 def without(rows: list[dict[str, Any]], method: str, corruption: str) -> list[dict[str, Any]]:
@@ -134,7 +154,7 @@ def test_cli_prints_the_summary_and_writes_its_markdown_and_heat_map(monkeypatch
     assert run_cli(monkeypatch, rows, ["--db", str(db), "--summary", "--out", str(out), "--plot"]) == 0
     printed = capsys.readouterr().out
     assert "| label_shift | +10.0 (1/1) | – |" in printed
-    assert "| mild | +2.9 (3/6) | -2.0 (1/1) |" in printed
+    assert "| mild | +2.9 (2–4/6) | -2.0 (1/1) |" in printed
     assert (out / "summary.md").read_text(encoding="utf-8") in printed
     assert sorted(path.name for path in out.iterdir()) == ["summary.md", "summary.png"]
     assert_png(out / "summary.png")

@@ -212,7 +212,7 @@ def _annotate(ax: Any, grid: np.ndarray) -> None:
 
 
 SUMMARY_WIDTH = 7.5  # inches: 900 px at the 120 dpi of :func:`_save`, the width the results page shows
-SUMMARY_RANK = "(in brackets: ZeroSiam's rank among the adapting methods)"
+SUMMARY_RANK = "(in brackets: ZeroSiam's rank among the adapting methods, k–m if level)"
 # Points past which the colour saturates: a BatchNorm model's ±25-point swings would otherwise pale the
 # one-to-five-point differences that separate methods everywhere else (the cells keep their numbers).
 SUMMARY_SATURATION = 10.0

@@ -24,6 +24,7 @@ from zerosiam.bench.tables import (
     MISSING,
     MIXED,
     OVERALL,
+    Cell,
     build_tables,
     run_labels,
     select_rows,
@@ -36,13 +37,17 @@ TARGET = "zerosiam"
 SCENARIOS: tuple[str, ...] = (
     "mild", "label_shift", "bs1", "label_shift_bs1", "mixed", "blind_spot", "noise_prefix", "epochs",
 )  # fmt: skip
-TIE = 0.05  # points: closer than this is a tie, and ZeroSiam gets the better rank
-_ROUNDING = 1e-9  # so that a difference of exactly TIE, computed in floating point, is still a tie
+# The rubric of docs/RESULTS.md: a lead counts when it is at least COUNTS_AT points and larger than the two
+# lines' seed standard deviations added, or at least COUNTS_AT_ONE_SEED points where one seed was run.
+COUNTS_AT = 0.5
+COUNTS_AT_ONE_SEED = 1.0
+_ROUNDING = 1e-9  # so that a difference of exactly the bar, computed in floating point, still counts
 CAPTION = (
     "ZeroSiam − NoAdapt on {scope}, in accuracy points: mean over the 15 corruptions and the seeds "
     "that every method of the cell has complete (for mixed, the whole stream's accuracy); (k/n) = "
-    "ZeroSiam's rank among the n adapting methods with a complete result, "
-    f"ties within {TIE} point sharing the better rank; "
+    "ZeroSiam's rank among the n adapting methods with a complete result, (k–m/n) where the methods "
+    f"ranked k to m are within a margin that does not count (under {COUNTS_AT} point or the seed stds "
+    f"added; under {COUNTS_AT_ONE_SEED} with one seed); "
     f"{MISSING} = no complete result for NoAdapt or ZeroSiam."
 )
 
@@ -55,19 +60,24 @@ class AmbiguousCell(ValueError):
 @dataclass(frozen=True)
 class SummaryCell:
     """ZeroSiam − NoAdapt in points (``None`` when either lacks a complete result) and ZeroSiam's rank
-    among the ``ranked`` adapting methods that have one."""
+    among the ``ranked`` adapting methods that have one: ``rank`` counts only the methods whose lead over it
+    counts, ``lowest`` every method but those it leads by a margin that counts, so that a rank is never
+    read from a difference inside the seeds' spread."""
 
     difference: float | None = None
     rank: int | None = None
     ranked: int = 0
+    lowest: int | None = None
 
     @property
     def text(self) -> str:
-        """``+2.9 (1/6)``: signed difference, one decimal, then the rank; ``–`` when missing."""
+        """``+2.9 (1/6)``, or ``+2.9 (1–3/6)`` when ZeroSiam is level with others: signed difference, one
+        decimal, then the rank; ``–`` when missing."""
         if self.difference is None:
             return MISSING
         difference = round(self.difference, 1) + 0.0  # + 0.0: no "-0.0" for a tiny loss
-        return f"{difference:+.1f} ({self.rank}/{self.ranked})"
+        ranks = str(self.rank) if self.lowest in (None, self.rank) else f"{self.rank}–{self.lowest}"
+        return f"{difference:+.1f} ({ranks}/{self.ranked})"
 
 
 @dataclass
@@ -131,15 +141,15 @@ def on_shared_seeds(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]
     return [row for row in rows if row["spec"].get("seed") in shared]
 
 
-def method_scores(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+def method_scores(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> dict[str, Cell]:
     """Each method's score in one cell, read from its table: the average over the 15 corruptions (the
-    ``Overall`` accuracy where the table has one: the mixed stream), ``None`` where the table leaves it
-    blank."""
+    ``Overall`` accuracy where the table has one: the mixed stream) with its seed spread; a cell with no
+    mean where the table leaves it blank."""
     _require_one_setting(key, rows)
     labels_of = _labels_by_method(key, rows)
     (table,) = build_tables(rows)
     column = OVERALL if OVERALL in table.columns else AVERAGE
-    return {method: table.cell(label, column).mean for method, label in labels_of.items()}
+    return {method: table.cell(label, column) for method, label in labels_of.items()}
 
 
 def _require_one_setting(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -171,15 +181,28 @@ def _labels_by_method(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -
     return {method: variants.pop() for method, variants in found.items()}
 
 
-def compare(scores: Mapping[str, float | None]) -> SummaryCell:
+def compare(scores: Mapping[str, Cell]) -> SummaryCell:
     """ZeroSiam's difference from NoAdapt and its rank among the adapting methods (all but NoAdapt) with
-    a score; a method within :data:`TIE` of ZeroSiam does not rank above it."""
-    target, baseline = scores.get(TARGET), scores.get(BASELINE)
-    if target is None or baseline is None:
+    a score: first after every method that leads it by a margin that :func:`counts`, last before every
+    method it leads by such a margin."""
+    target, baseline = scores.get(TARGET, Cell(None)), scores.get(BASELINE, Cell(None))
+    if target.mean is None or baseline.mean is None:
         return SummaryCell()
-    adapting = [score for method, score in scores.items() if method != BASELINE and score is not None]
-    above = sum(score - target > TIE + _ROUNDING for score in adapting)
-    return SummaryCell(target - baseline, 1 + above, len(adapting))
+    adapting = [cell for method, cell in scores.items() if method != BASELINE and cell.mean is not None]
+    above = sum(counts(cell, target) for cell in adapting)
+    below = sum(counts(target, cell) for cell in adapting)
+    return SummaryCell(target.mean - baseline.mean, 1 + above, len(adapting), len(adapting) - below)
+
+
+def counts(leader: Cell, other: Cell) -> bool:
+    """Whether ``leader`` is ahead of ``other`` by a margin that counts: at least :data:`COUNTS_AT` and more
+    than their seed stds added where both have a spread, at least :data:`COUNTS_AT_ONE_SEED` otherwise."""
+    if leader.mean is None or other.mean is None:
+        return False
+    lead = leader.mean - other.mean
+    if leader.std is None or other.std is None:
+        return lead >= COUNTS_AT_ONE_SEED - _ROUNDING
+    return lead >= COUNTS_AT - _ROUNDING and lead > leader.std + other.std
 
 
 def _name(key: tuple[str, str]) -> str:
