@@ -200,6 +200,27 @@ def test_by_seed_shows_each_seeds_average_marked_against_noadapt_of_that_seed():
     assert only_table(gap).cell("Tent", "avg").mean != pytest.approx(tent)  # the plain table keeps seed 1
 
 
+def test_a_line_with_fewer_seeds_is_marked_against_noadapt_on_the_seeds_it_has():
+    """Under label shift a seed redraws the stream, so NoAdapt moves between seeds: a line run on seed 0
+    only is compared with NoAdapt's seed 0, not with its mean over seeds it has not met."""
+    rows = full_line("noadapt", dict.fromkeys(BENCHMARK, 0.50), seed=0)
+    rows += full_line("noadapt", dict.fromkeys(BENCHMARK, 0.60), seed=1)
+    rows += full_line("tent", dict.fromkeys(BENCHMARK, 0.52), seed=0)  # above seed 0, below the mean 55
+    for by_seed in (False, True):
+        table = only_table(rows, by_seed=by_seed)
+        assert table.cell("Tent", "avg").mean == pytest.approx(52.0)
+        assert table.cell("NoAdapt", "avg").mean == pytest.approx(55.0)
+        assert not table.cell("Tent", "avg").worse
+        assert any("Tent" in note and "seeds both have" in note for note in table.notes)
+    assert not only_table(rows).cell("Tent", "fog").worse
+    below = rows + full_line("sar", dict.fromkeys(BENCHMARK, 0.58), seed=1)  # above the mean, below seed 1
+    table = only_table(below, by_seed=True)
+    assert table.cell("SAR", "Seed 1").worse and table.cell("SAR", "avg").worse
+    assert only_table(below).cell("SAR", "fog").worse
+    same = full_line("noadapt", NOADAPT, seed=0) + full_line("tent", TENT, seed=0)
+    assert not any("seeds both have" in note for note in only_table(same).notes)
+
+
 def test_by_seed_of_some_corruptions_averages_those_shown():
     rows = [make_row("noadapt", name, 0.5, seed=seed) for name in ("fog", "snow") for seed in (0, 1)]
     table = only_table(rows, by_seed=True)
@@ -306,6 +327,7 @@ def parse_markdown(text: str, columns: list[str]) -> dict[tuple[str, str], tuple
 def test_csv_latex_and_markdown_carry_the_same_numbers_and_marks(rows):
     rows = [r for r in rows if not (r["spec"]["method"] == "tent" and r["spec"]["corruption"] == "fog")]
     rows += [make_row("tent", "snow", 0.05, seed=1)]  # gives Snow a std, which must not be read as the value
+    rows += [make_row("noadapt", "snow", NOADAPT["snow"], seed=1)]  # so that seed 1 has a NoAdapt to be below
     table = only_table(rows)
     from_csv = parse_csv(report.to_csv([table]))
     from_latex = parse_latex(report.to_latex([table]), table.columns)
@@ -548,17 +570,18 @@ def test_a_line_that_leaves_a_setting_to_the_method_says_default():
 def test_a_note_counts_each_lines_resets_and_guard_triggers():
     runs = [
         make_row("noadapt", "fog", 0.5),
+        make_row("noadapt", "fog", 0.5, seed=1),
         make_row("sar", "fog", 0.6),
         make_row("sar", "fog", 0.6, seed=1),
         make_row("tent", "fog", 0.4, hparams={"lr_scale": 10.0}),
         make_row("tent", "fog", 0.5),
     ]
-    runs[1]["metrics"]["recoveries"] = 2
-    runs[2]["metrics"]["recoveries"] = 3
-    runs[3]["metrics"].update(recoveries=0, guard_triggers=4)
-    assert only_table(runs).notes == [
+    runs[2]["metrics"]["recoveries"] = 2
+    runs[3]["metrics"]["recoveries"] = 3
+    runs[4]["metrics"].update(recoveries=0, guard_triggers=4)
+    assert only_table(runs).notes[-1:] == [
         "Put back, summed over each line's runs: Tent (lr_scale=10) 4 guard triggers; SAR 5 resets."
     ]
     for run in runs:
         run["metrics"].pop("recoveries", None), run["metrics"].pop("guard_triggers", None)
-    assert only_table(runs).notes == []  # nothing put back, nothing said
+    assert not any("Put back" in note for note in only_table(runs).notes)  # nothing put back, nothing said

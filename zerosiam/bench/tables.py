@@ -32,7 +32,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,8 @@ COLUMN_NAMES: dict[str, str] = {
     SHOWN_MEAN: "Mean",
     OVERALL: "Overall",
 }
+# One line's results: seed -> column (a corruption, or ``overall``) -> accuracy in %.
+PerSeed = Mapping[Any, Mapping[str, float]]
 # Spec fields that place a run in a table or a column; every other field (and every hparam) that differs
 # between runs of one method makes them separate lines of the table.
 _PLACEMENT_FIELDS = frozenset({"dataset", "model", "protocol", "severity", "corruption", "method", "seed"})
@@ -230,9 +232,7 @@ def _summary(values: Sequence[float]) -> Cell:
     return Cell(statistics.fmean(values), std, len(values))
 
 
-def _complete_seed_means(
-    per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[str]
-) -> dict[Any, float]:
+def _complete_seed_means(per_seed: PerSeed, members: Sequence[str]) -> dict[Any, float]:
     """Each seed's mean over ``members``, for the seeds that have every one of them."""
     return {
         seed: statistics.fmean(values[m] for m in members)
@@ -241,7 +241,7 @@ def _complete_seed_means(
     }
 
 
-def _mean_cell(per_seed: Mapping[Any, Mapping[str, float]], members: Sequence[str]) -> Cell:
+def _mean_cell(per_seed: PerSeed, members: Sequence[str]) -> Cell:
     """A group mean or the average: the mean of the members' seed-means, defined only when every member is
     present; its std is over the per-seed means of the seeds that have every member."""
     cells = [_summary([values[m] for values in per_seed.values() if m in values]) for m in members]
@@ -276,9 +276,7 @@ def seed_columns(seeds: Iterable[Any], shown: Sequence[str]) -> list[str]:
     ]
 
 
-def _seed_line_cells(
-    per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str], members: Sequence[str]
-) -> dict[str, Cell]:
+def _seed_line_cells(per_seed: PerSeed, columns: Sequence[str], members: Sequence[str]) -> dict[str, Cell]:
     """One line of a by-seed table: each seed's mean over ``members`` (blank unless that seed has all of
     them), then the mean ± std of exactly those seed means. A seed still under way counts in no average,
     so that the last column can be recomputed from the others on the page (the plain table's average,
@@ -298,7 +296,7 @@ def natural_key(text: str) -> tuple:
     )
 
 
-def _line_cells(per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[str]) -> dict[str, Cell]:
+def _line_cells(per_seed: PerSeed, columns: Sequence[str]) -> dict[str, Cell]:
     """Every cell of one method's line, before marking."""
     members = {**GROUPS, AVERAGE: BENCHMARK, SHOWN_MEAN: [c for c in columns if c in BENCHMARK]}
     cells = {}
@@ -310,16 +308,48 @@ def _line_cells(per_seed: Mapping[Any, Mapping[str, float]], columns: Sequence[s
     return cells
 
 
-def _mark_worse(table: Table, baseline_of: Mapping[str, str]) -> None:
-    """Flag every non-baseline cell whose mean is strictly below its line's baseline in the same column."""
+def _shared(line: PerSeed, other: PerSeed) -> PerSeed:
+    """The results of ``line`` on the (seed, corruption) pairs that ``other`` has too."""
+    return {
+        seed: {column: value for column, value in values.items() if column in other[seed]}
+        for seed, values in line.items()
+        if seed in other
+    }
+
+
+def _mark_worse(
+    table: Table,
+    baseline_of: Mapping[str, str],
+    per_label: Mapping[str, PerSeed],
+    line_cells: Callable[[PerSeed, Sequence[str]], dict[str, Cell]],
+) -> None:
+    """Flag every non-baseline cell whose mean is strictly below its line's baseline in the same column,
+    the two compared on the (seed, corruption) results they share: a seed redraws a label-shifted stream,
+    so a line still missing seeds is held to NoAdapt on the streams it has met, not to NoAdapt's mean
+    over streams it has not. A note says when a line was compared on fewer seeds than it shows or than
+    its baseline has."""
     if not baseline_of:
         table.notes.append("No NoAdapt line in this table, so no cell is marked.")
         return
-    for (method, column), cell in table.cells.items():
+    narrowed = []
+    for method in table.methods:
         baseline = baseline_of[method]
-        reference = table.cell(baseline, column).mean
-        if method != baseline and cell.mean is not None and reference is not None and cell.mean < reference:
-            table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
+        if method == baseline:
+            continue
+        line, reference = per_label[method], per_label[baseline]
+        if set(line) != set(reference):
+            narrowed.append(method)
+        mine = line_cells(_shared(line, reference), table.columns)
+        theirs = line_cells(_shared(reference, line), table.columns)
+        for column in table.columns:
+            cell, a, b = table.cells[method, column], mine[column].mean, theirs[column].mean
+            if cell.mean is not None and a is not None and b is not None and a < b:
+                table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
+    if narrowed:
+        table.notes.append(
+            f"Lines with other seeds than their NoAdapt ({', '.join(narrowed)}) are marked against it "
+            "on the seeds both have."
+        )
 
 
 def _baselines(table: Table, method_of: Mapping[str, str], setting_of: Mapping[str, str]) -> dict[str, str]:
@@ -340,9 +370,7 @@ def _baselines(table: Table, method_of: Mapping[str, str], setting_of: Mapping[s
     return baseline_of
 
 
-def _missing_notes(
-    table: Table, per_label: Mapping[str, Mapping[Any, Mapping[str, float]]], covered: Sequence[str]
-) -> None:
+def _missing_notes(table: Table, per_label: Mapping[str, PerSeed], covered: Sequence[str]) -> None:
     """One note per line whose means are blank because some of the ``covered`` corruptions (those any line
     has; all 15 when none has any) are missing."""
     covered = list(covered) or list(BENCHMARK)
@@ -400,7 +428,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), natural_key(label)))
     cells = {(m, c): cell for m in methods for c, cell in line_cells(per_label[m], columns).items()}
     table = Table(*key, columns=columns, methods=methods, cells=cells)
-    _mark_worse(table, _baselines(table, method_of, setting_of))
+    _mark_worse(table, _baselines(table, method_of, setting_of), per_label, line_cells)
     _missing_notes(table, per_label, shown)
     _events_note(table, rows, labels)
     if ignored:
