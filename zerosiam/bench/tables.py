@@ -10,8 +10,8 @@ Conventions (also in docs/report.md):
 
 * accuracy is shown in %, one decimal; with several seeds a cell is the mean over seeds and, when more than
   one seed is present, ``± sample std`` (ddof = 1);
-* a cell below NoAdapt's in the same table and column is marked (compared before rounding; ties are not
-  marked);
+* a cell below NoAdapt's in the same table and column is marked (compared before rounding, on the seeds
+  both lines have; ties are not marked);
 * a missing cell is shown as ``–``; a group mean or the average is computed only when **every** member
   corruption of that method is present, otherwise it is ``–`` too and a note says why: a mean over a
   different subset of corruptions would not be comparable with the other lines;
