@@ -574,14 +574,16 @@ def test_a_note_counts_each_lines_resets_and_guard_triggers():
         make_row("sar", "fog", 0.6),
         make_row("sar", "fog", 0.6, seed=1),
         make_row("tent", "fog", 0.4, hparams={"lr_scale": 10.0}),
+        make_row("tent", "fog", 0.4, seed=1, hparams={"lr_scale": 10.0}),
         make_row("tent", "fog", 0.5),
-    ]
+        make_row("tent", "fog", 0.5, seed=1),
+    ]  # every line on both seeds, so that only the events are noted
     runs[2]["metrics"]["recoveries"] = 2
     runs[3]["metrics"]["recoveries"] = 3
     runs[4]["metrics"].update(recoveries=0, guard_triggers=4)
-    assert only_table(runs).notes[-1:] == [
+    assert only_table(runs).notes == [
         "Put back, summed over each line's runs: Tent (lr_scale=10) 4 guard triggers; SAR 5 resets."
     ]
     for run in runs:
         run["metrics"].pop("recoveries", None), run["metrics"].pop("guard_triggers", None)
-    assert not any("Put back" in note for note in only_table(runs).notes)  # nothing put back, nothing said
+    assert only_table(runs).notes == []  # nothing put back, nothing said

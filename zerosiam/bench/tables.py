@@ -339,11 +339,11 @@ def _mark_worse(
         line, reference = per_label[method], per_label[baseline]
         if set(line) != set(reference):
             narrowed.append(method)
-        mine = line_cells(_shared(line, reference), table.columns)
-        theirs = line_cells(_shared(reference, line), table.columns)
+        ours = line_cells(_shared(line, reference), table.columns)
+        noadapt = line_cells(_shared(reference, line), table.columns)
         for column in table.columns:
-            cell, a, b = table.cells[method, column], mine[column].mean, theirs[column].mean
-            if cell.mean is not None and a is not None and b is not None and a < b:
+            cell, own, theirs = table.cells[method, column], ours[column].mean, noadapt[column].mean
+            if None not in (cell.mean, own, theirs) and own < theirs:
                 table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
     if narrowed:
         table.notes.append(
