@@ -221,6 +221,20 @@ def test_a_line_with_fewer_seeds_is_marked_against_noadapt_on_the_seeds_it_has()
     assert not any("seeds both have" in note for note in only_table(same).notes)
 
 
+def test_one_seed_shows_the_streams_behind_its_by_seed_column():
+    """``seed=1`` keeps seed 1 alone: each corruption is that seed's stream, marked against NoAdapt's
+    stream of the same seed, where the mean over seeds would hide which streams lost."""
+    rows = full_line("noadapt", NOADAPT, seed=0) + full_line("noadapt", NOADAPT, seed=1)
+    rows += full_line("tent", TENT, seed=0) + full_line("tent", dict.fromkeys(BENCHMARK, 0.20), seed=1)
+    table = only_table(rows, seed=1)
+    assert table.cell("Tent", "fog").mean == pytest.approx(20.0)
+    assert table.cell("Tent", "fog").std is None and table.cell("Tent", "fog").seeds == 1
+    assert table.cell("Tent", "fog").worse
+    assert table.cell("NoAdapt", "fog").mean == pytest.approx(100 * NOADAPT["fog"])
+    assert only_table(rows, seed=0).cell("Tent", "fog").mean == pytest.approx(100 * TENT["fog"])
+    assert report.build_tables(rows, seed=2) == []
+
+
 def test_by_seed_of_some_corruptions_averages_those_shown():
     rows = [make_row("noadapt", name, 0.5, seed=seed) for name in ("fog", "snow") for seed in (0, 1)]
     table = only_table(rows, by_seed=True)
@@ -510,6 +524,9 @@ def test_cli_groups_and_refuses_figures_without_out(monkeypatch, tmp_path, capsy
     assert run_cli(monkeypatch, rows, ["--db", str(db), "--severity", "1"]) == 1
     assert run_cli(monkeypatch, rows, ["--db", str(db), "--by-seed"]) == 0
     assert "| Method | Seed 0 | Avg. |" in capsys.readouterr().out
+    assert run_cli(monkeypatch, rows, ["--db", str(db), "--seed", "0"]) == 0
+    assert "| Gauss. |" in capsys.readouterr().out
+    assert run_cli(monkeypatch, rows, ["--db", str(db), "--seed", "1"]) == 1
 
 
 def test_cli_reads_a_real_result_store(tmp_path, capsys, rows):

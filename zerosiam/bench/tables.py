@@ -130,10 +130,12 @@ def select_rows(
     severity: int | None = None,
     dataset: str | None = None,
     methods: Sequence[str] | None = None,
+    seed: int | None = None,
 ) -> list[Mapping[str, Any]]:
     """The vision rows that match every given filter (``None`` = any; ``methods``: any of them), oldest
-    first so that a later rerun of the same run wins where rows collide."""
-    wanted = {"model": model, "protocol": protocol, "severity": severity, "dataset": dataset}
+    first so that a later rerun of the same run wins where rows collide. ``seed`` keeps one seed: each
+    cell is then that seed's stream, which a by-seed table only shows averaged over the corruptions."""
+    wanted = {"model": model, "protocol": protocol, "severity": severity, "dataset": dataset, "seed": seed}
     kept = []
     for row in rows:
         if row.get("kind", "vision") != "vision":

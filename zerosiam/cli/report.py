@@ -31,6 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--severity", type=int, metavar="S", help="keep only this severity (1-5)")
     parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="keep only this seed: its accuracy on each corruption (the streams behind a --by-seed column)",
+    )
+    parser.add_argument(
         "--methods", metavar="M1,M2", help="keep only these methods (e.g. noadapt,tent,zerosiam)"
     )
     parser.add_argument(
@@ -117,6 +123,7 @@ def run_report(args: argparse.Namespace) -> int:
         "model": args.model,
         "protocol": args.protocol,
         "severity": args.severity,
+        "seed": args.seed,
         "methods": args.methods.split(",") if args.methods else None,
     }
     rows = report.select_rows(_load_rows(args.db), **filters)
