@@ -4,11 +4,13 @@
 #   OUT=/tmp/out bash benchmarks/study_gpu.sh 470 /tmp/study.db          # seconds; the working store
 #   DEVICE=cpu WORKERS=2 LIMIT=64 GRIDS=label_shift bash benchmarks/study_gpu.sh 900 /tmp/try.db  # a try
 #   GRIDS="batch1 my/part.yaml" bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
+#   SELECT=0 GRIDS=seeds_wild_vit bash benchmarks/study_gpu.sh 450 /tmp/study.db  # no rate selection first
 #
 # The working store starts as a SQLite copy of the committed text store docs/results/study, so a fresh machine goes on
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
 # chooses every method's rates with `zerosiam select-lr` on the 4 extra corruptions (one command per
-# model, side by side; runs already stored are not redone), then runs the grids of docs/results/grids/
+# model, side by side; runs already stored are not redone; SELECT=0 skips it and keeps the rates the store
+# recorded), then runs the grids of docs/results/grids/
 # with those rates, in the order below (batch-size-1 runs stacked as streams: `bench --stack`). Each step
 # gets what is left of the deadline and is stopped with
 # SIGTERM when it runs out: the store keeps every finished run, and the same command resumes. At the end
@@ -70,12 +72,13 @@ step data "for name in $names; do build \$name & done; wait"
 
 baselines=tent,sar,eata,deyo,come,zerosiam
 per=$(( (workers + 3) / 4 ))
-step select "
+if [[ ${SELECT:-1} == 1 ]]; then step select "
 select_rates resnet26_gn $baselines,eata+zerosiam,deyo+zerosiam $per &
 select_rates vit_tiny_ln $baselines,eata+zerosiam,deyo+zerosiam $per &
 select_rates convnext_nano_ln $baselines $per &
 select_rates resnet20 $baselines $per &
 wait"
+else echo "select: skipped (SELECT=0: the rates the store recorded)"; fi
 
 # what the 2-core machine cannot do first: the batch-1 tables (stacked: a model and method's 15 corruptions,
 # under every seed the grid names, per process)
