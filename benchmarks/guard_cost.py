@@ -4,7 +4,9 @@
 
 Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 and at batch 1 (the same
 images one at a time); the median of interleaved repeats, so that a busy machine slows every variant
-alike. A guarded step's time is given as a ratio to the unguarded one measured beside it. The memory
+alike. A guarded step's time is given as a ratio to the unguarded one measured beside it, beside the
+operations a step dispatches (counted apart, untimed): on a GPU a small model's step waits for the host's
+dispatch, so the operations a guard adds are what it costs there. The memory
 column is what the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the trainable weights,
 in copies of them (the adapter's own source copy is there with or without a guard).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import statistics
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import zerosiam
 from benchmarks.diagnostics_overhead import seconds_per_step, setup
@@ -36,24 +39,58 @@ def snapshot_copies(model_name: str, method: str, batches: list, device) -> floa
     return kept / trainable
 
 
+def made(guard):
+    """A guard as ``adapt`` takes it: a name, or a fresh guard from a factory (a guard keeps state)."""
+    return guard() if callable(guard) else guard
+
+
+class _Operations(TorchDispatchMode):
+    """Counts the operations dispatched while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def operations_per_step(model_name: str, method: str, batches: list, device, guard) -> float:
+    """The operations a step dispatches, on average over ``batches`` after the first (which builds state)."""
+    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
+    adapter(batches[0])
+    with _Operations() as counted:
+        for x in batches[1:]:
+            adapter(x)
+    return counted.count / (len(batches) - 1)
+
+
 def main() -> None:
     args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS)
     singles = list(torch.cat(batches[:2]).split(1))[: args.steps]  # batch 1: as many steps, one image each
-    print("\n| method | batch | guard | ms/step | guarded ÷ none | snapshots kept (copies) |")
-    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    print("\n| method | batch | guard | ms/step | guarded ÷ none | ops/step | snapshots kept (copies) |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for method in args.methods:
         for size, stream in ((64, batches), (1, singles)):
             timings: dict[str, list[float]] = {name: [] for name in VARIANTS}
             for _ in range(args.repeats):
                 for name, guard in VARIANTS.items():
-                    chosen = guard() if callable(guard) else guard
-                    timings[name].append(seconds_per_step(args.model, method, stream, device, guard=chosen))
+                    seconds = seconds_per_step(args.model, method, stream, device, guard=made(guard))
+                    timings[name].append(seconds)
+            operations = {
+                name: operations_per_step(args.model, method, stream, device, made(guard))
+                for name, guard in VARIANTS.items()
+            }
             plain = statistics.median(timings["none"])
             kept = snapshot_copies(args.model, method, stream, device)
             for guard in VARIANTS:
                 step = statistics.median(timings[guard])
                 copies = f"{kept:.0f}" if guard.startswith("auto") else "0"
-                print(f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} | {copies} |")
+                print(
+                    f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} "
+                    f"| {operations[guard]:.0f} | {copies} |"
+                )
 
 
 if __name__ == "__main__":
