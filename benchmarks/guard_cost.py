@@ -6,14 +6,15 @@ Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 a
 images one at a time); the median of interleaved repeats, so that a busy machine slows every variant
 alike. A guarded step's time is given as a ratio to the unguarded one measured beside it, beside the
 operations a step dispatches (counted apart, untimed): on a GPU a small model's step waits for the host's
-dispatch, so the operations a guard adds are what it costs there. The memory
-column is what the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the trainable weights,
-in copies of them (the adapter's own source copy is there with or without a guard).
+dispatch, so the operations a guard adds are what it costs there. The memory column is what the guard
+keeps beyond the adapter: ``auto``'s ring of snapshots of the trainable weights, in copies of them (the
+adapter's own source copy is there with or without a guard).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -39,7 +40,7 @@ def snapshot_copies(model_name: str, method: str, batches: list, device) -> floa
     return kept / trainable
 
 
-def made(guard):
+def made(guard: str | Callable[[], object]) -> object:
     """A guard as ``adapt`` takes it: a name, or a fresh guard from a factory (a guard keeps state)."""
     return guard() if callable(guard) else guard
 
