@@ -29,11 +29,8 @@ METHODS = ("tent", "zerosiam")
 VARIANTS = {**{name: name for name in GUARDS}, "auto, after warm-up": lambda: SourceProbe(warmup=0)}
 
 
-def snapshot_copies(model_name: str, method: str, batches: list, device) -> float:
-    """The weights ``auto`` keeps after a stream, in copies of the trainable weights."""
-    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard="auto")
-    for x in batches:
-        adapter(x)
+def snapshot_copies(adapter: zerosiam.Adapter) -> float:
+    """The weights an ``auto``-guarded adapter keeps after its stream, in copies of the trainable weights."""
     trainable = sum(p.numel() for p in adapter.trainable)
     snapshots = adapter.recipe.guard.snapshots  # the adapter's own copy of the guard
     kept = sum(t.numel() for snapshot in snapshots for part in snapshot.values() for t in part.values())
@@ -57,14 +54,15 @@ class _Operations(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def operations_per_step(model_name: str, method: str, batches: list, device, guard) -> float:
-    """The operations a step dispatches, on average over ``batches`` after the first (which builds state)."""
+def counted_run(model_name: str, method: str, batches: list, device, guard) -> tuple[zerosiam.Adapter, float]:
+    """An adapter that has run ``batches``, and the operations a step dispatched, on average over the
+    steps after the first (which builds state)."""
     adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
     adapter(batches[0])
     with _Operations() as counted:
         for x in batches[1:]:
             adapter(x)
-    return counted.count / (len(batches) - 1)
+    return adapter, counted.count / (len(batches) - 1)
 
 
 def main() -> None:
@@ -79,18 +77,18 @@ def main() -> None:
                 for name, guard in VARIANTS.items():
                     seconds = seconds_per_step(args.model, method, stream, device, guard=made(guard))
                     timings[name].append(seconds)
-            operations = {
-                name: operations_per_step(args.model, method, stream, device, made(guard))
+            counted = {
+                name: counted_run(args.model, method, stream, device, made(guard))
                 for name, guard in VARIANTS.items()
             }
             plain = statistics.median(timings["none"])
-            kept = snapshot_copies(args.model, method, stream, device)
+            kept = snapshot_copies(counted["auto"][0])
             for guard in VARIANTS:
                 step = statistics.median(timings[guard])
                 copies = f"{kept:.0f}" if guard.startswith("auto") else "0"
                 print(
                     f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} "
-                    f"| {operations[guard]:.0f} | {copies} |"
+                    f"| {counted[guard][1]:.0f} | {copies} |"
                 )
 
 
