@@ -6,9 +6,11 @@ Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 a
 images one at a time); the median of interleaved repeats, so that a busy machine slows every variant
 alike. A guarded step's time is given as a ratio to the unguarded one measured beside it, beside the
 operations a step dispatches (counted apart, untimed): on a GPU a small model's step waits for the host's
-dispatch, so the operations a guard adds are what it costs there. The memory column is what the guard
-keeps beyond the adapter: ``auto``'s ring of snapshots of the trainable weights, in copies of them (the
-adapter's own source copy is there with or without a guard).
+dispatch, so the operations a guard adds are what it costs there. The triggers column is how often the
+guard fired in that counted run: a stream put back (and, for ``auto``, slowed) does more work after it
+than a probe alone, so a guard that fires is not timed against the same work. The memory column is what
+the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the trainable weights, in copies of
+them (the adapter's own source copy is there with or without a guard).
 """
 
 from __future__ import annotations
@@ -65,11 +67,17 @@ def counted_run(model_name: str, method: str, batches: list, device, guard) -> t
     return adapter, counted.count / (len(batches) - 1)
 
 
+def triggers(adapter: zerosiam.Adapter) -> int:
+    """How many steps of the adapter's run its guard fired on (SAR's own resets are not a guard's)."""
+    return sum(bool(row.get("guard")) for row in adapter.history)
+
+
 def main() -> None:
     args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS)
     singles = list(torch.cat(batches[:2]).split(1))[: args.steps]  # batch 1: as many steps, one image each
-    print("\n| method | batch | guard | ms/step | guarded ÷ none | ops/step | snapshots kept (copies) |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    columns = "method | batch | guard | ms/step | guarded ÷ none | ops/step | triggers | snapshots (copies)"
+    print(f"\n| {columns} |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for method in args.methods:
         for size, stream in ((64, batches), (1, singles)):
             timings: dict[str, list[float]] = {name: [] for name in VARIANTS}
@@ -88,7 +96,7 @@ def main() -> None:
                 copies = f"{kept:.0f}" if guard.startswith("auto") else "0"
                 print(
                     f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} "
-                    f"| {counted[guard][1]:.0f} | {copies} |"
+                    f"| {counted[guard][1]:.0f} | {triggers(counted[guard][0])} | {copies} |"
                 )
 
 

@@ -67,12 +67,14 @@ class Guardable:
         step, SAM's included, sees the smaller step; with momentum zeroed by a roll-back it is exactly a
         smaller learning rate for those streams)."""
         scale = self._step_scale if self._step_scale is not None else self.layout.all_streams().float()
-        self._set_scale(torch.where(streams.cpu(), scale * factor, scale))
+        self._set_scale(torch.where(streams.to(scale.device), scale * factor, scale))
 
     def _set_scale(self, scale: Tensor) -> None:
+        """Every later gradient scaled per stream by ``scale``, kept beside the weights: on the host it
+        was copied to the device once a trainable tensor a step (54 copies a step on the ResNet-26)."""
         if self._step_scale is None:  # the first shrink: from now on every gradient passes the scale
             self._scale_hooks = [p.register_hook(self._scaled) for p in self.trainable]
-        self._step_scale = scale
+        self._step_scale = scale.to(self.trainable[0].device) if self.trainable else scale
 
     def _scaled(self, grad: Tensor) -> Tensor:
         return grad * self.layout.per_row(self._step_scale.to(grad.device), grad)
