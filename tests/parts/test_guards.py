@@ -12,6 +12,7 @@ from tests.toys import norm_params, tiny
 from zerosiam.bench.runner import RunSpec
 from zerosiam.methods import Adapter, Frozen
 from zerosiam.parts.guards import GUARDS, OnRecovery, Periodic, SourceProbe, guard_named
+from zerosiam.parts.layout import layout_for
 from zerosiam.parts.recovery import ema_below
 
 
@@ -61,7 +62,7 @@ def test_the_probe_guard_rolls_a_collapsing_stream_back_and_leaves_a_healthy_one
 
 
 def test_a_probe_puts_a_warm_up_collapse_back_to_the_source_and_a_later_one_to_its_oldest_snapshot():
-    probe = SourceProbe(every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2)
+    probe = SourceProbe(every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2, probe_images=8)
     adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=1.0, guard=probe)  # fires at step 6, 14 and 16
     guard = adapter.recipe.guard  # the adapter's own copy
     source = adapter.snapshot()
@@ -76,6 +77,68 @@ def test_a_probe_puts_a_warm_up_collapse_back_to_the_source_and_a_later_one_to_i
         assert all(torch.equal(v, expected["params"][k]) for k, v in adapter.snapshot()["params"].items())
     assert seen == {"warm-up": 1, "later": 2}
     assert not all(torch.equal(v, source["params"][k]) for k, v in oldest["params"].items())
+
+
+class _Labelled:
+    """A learner whose source calls each image by the class written in its first pixel; it counts what a
+    guard asks of it."""
+
+    layout = layout_for(1)
+
+    def __init__(self) -> None:
+        self.probed: list[int] = []  # the images of each source prediction
+        self.put_back = 0
+
+    def source_prediction(self, x: torch.Tensor) -> torch.Tensor:
+        self.probed.append(len(x))
+        return _calls(x[:, 0, 0, 0].long())
+
+    def snapshot(self) -> dict:
+        return {"params": {}, "predictor": {}}
+
+    def roll_back(self, snapshot: dict, streams: torch.Tensor) -> None:
+        self.put_back += 1
+
+    def restore_source(self, streams: torch.Tensor | None = None) -> None:
+        self.put_back += 1
+
+    def shrink(self, streams: torch.Tensor, factor: float) -> None:
+        pass
+
+
+def _calls(classes: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.one_hot(classes, 10).float()
+
+
+def test_at_batch_1_a_probe_judges_the_newest_images_so_one_disagreement_is_not_a_collapse():
+    def run(probe: SourceProbe) -> _Labelled:
+        learner = _Labelled()
+        for step in range(48):
+            label = step % 10
+            x = torch.full((1, 3, 4, 4), float(label))
+            called = (label + 1) % 10 if step == 19 else label  # one image of 48 called otherwise
+            probe(learner, x, _calls(torch.tensor([called])), [])
+        return learner
+
+    gathered = run(SourceProbe())
+    assert gathered.put_back == 0
+    assert gathered.probed == [16] * 6  # no probe before 16 images; then steps 16-32 every 4, 48
+    alone = run(SourceProbe(probe_images=1))  # one image a probe: the old reading of batch 1
+    assert alone.put_back == 1 and alone.probed == [1] * 9  # steps 4-32 every 4, 48
+
+
+def test_a_probe_of_gathered_images_resumes_from_a_checkpoint_as_it_would_have_gone_on():
+    def make() -> Adapter:
+        return zerosiam.adapt(tiny(scale=5.0), "tent", lr=2.0, guard=SourceProbe(every=4, min_agreement=0.9))
+
+    singles = [x[:1] for x in _batches(40, seed=3)]
+    adapter, resumed = make(), make()
+    for x in singles[:18]:
+        adapter(x)
+    resumed.load_state_dict(copy.deepcopy(adapter.state_dict()))
+    for x in singles[18:]:
+        torch.testing.assert_close(resumed(x), adapter(x))
+    assert _fired(resumed) == _fired(adapter) and _fired(adapter)
 
 
 def test_a_probe_measures_agreement_with_the_source_on_the_same_images():

@@ -108,6 +108,14 @@ class SourceProbe:
     are then scaled by ``shrink``, a decade down by default (a rate that collapsed the stream once would
     again; halving it left Tent at 10× the paper's rate 1.4 points below NoAdapt on the ResNet-26's
     class-ordered Gaussian noise, a tenth 0.7). Every stream is judged, rolled back and shrunk alone.
+
+    A probe judges at least ``probe_images`` images a stream. Where a step has fewer (batch 1), it keeps
+    the newest ``probe_images`` images of the recent steps beside the adapted model's calls on them as it
+    made them, predicts them all at the source weights in one forward, and makes no probe before it has
+    that many: judged on one image, a single disagreement took the agreement from 1.0 to 0.8, under the
+    bar, so that at batch 1 the guard fired on any probe whose image the adapted model called
+    differently from the source. A step with ``probe_images`` rows or more (batch 64) is judged on its
+    own batch, as it always was.
     """
 
     def __init__(
@@ -120,8 +128,10 @@ class SourceProbe:
         shrink: float = 0.1,
         warmup: int = 32,
         warmup_every: int = 4,
+        probe_images: int = 16,
     ) -> None:
         self.every = every
+        self.probe_images = probe_images
         self.warmup, self.warmup_every = warmup, warmup_every
         self.min_agreement = min_agreement
         self.max_narrowing = max_narrowing
@@ -137,6 +147,7 @@ class SourceProbe:
         self.adapted: Tensor | None = None  # per stream, a moving class histogram
         self.source: Tensor | None = None
         self.snapshots: list[dict[str, dict[str, Tensor]]] = []
+        self.gathered: list[tuple[Tensor, Tensor]] = []  # recent small steps: (images, adapted calls)
 
     def __call__(
         self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
@@ -145,13 +156,17 @@ class SourceProbe:
         layout = learner.layout
         quiet = layout.all_streams(prediction.device) & False
         self.signals = {}
+        small = len(prediction) // layout.count < self.probe_images
+        if small:
+            self._keep(layout.rows(x), layout.rows(prediction.argmax(-1)))
         if self.steps % (self.warmup_every if self.steps <= self.warmup else self.every):
             return quiet
+        images, adapted = self._gathered() if small else (x, layout.rows(prediction.argmax(-1)))
+        if adapted.shape[-1] < self.probe_images:  # the start of a stream of small steps
+            return quiet
         with torch.no_grad():
-            source = learner.source_prediction(x)
-        health = self._follow(
-            layout.rows(prediction.argmax(-1)), layout.rows(source.argmax(-1)), prediction.shape[-1]
-        )
+            source = learner.source_prediction(images)
+        health = self._follow(adapted, layout.rows(source.argmax(-1)), prediction.shape[-1])
         narrowing = health.source_spread - health.adapted_spread
         unhealthy = (health.agreement < self.min_agreement) | (narrowing > self.max_narrowing)
         self.signals = {"agreement": layout.value(health.agreement), "narrowing": layout.value(narrowing)}
@@ -167,6 +182,18 @@ class SourceProbe:
         # every stream's weights now passed this probe (or were put back): the newest snapshot
         self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]
         return flags
+
+    def _keep(self, images: Tensor, calls: Tensor) -> None:
+        """Remember a small step's images (``[B, n, ...]``) and the adapted model's calls on them
+        (``[B, n]``), keeping the newest steps that hold ``probe_images`` a stream."""
+        self.gathered = [*self.gathered, (images, calls)]
+        while sum(kept.shape[-1] for _, kept in self.gathered[1:]) >= self.probe_images:
+            self.gathered = self.gathered[1:]
+
+    def _gathered(self) -> tuple[Tensor, Tensor]:
+        """The kept images as stream-major rows (as a step's ``x``) and the adapted calls on them."""
+        images = torch.cat([rows for rows, _ in self.gathered], dim=1)
+        return images.flatten(0, 1), torch.cat([calls for _, calls in self.gathered], dim=-1)
 
     def _follow(self, adapted: Tensor, source: Tensor, classes: int) -> Health:
         """Move the averages by one probe: ``adapted``, ``source`` are ``[B, n]`` predicted classes."""
@@ -195,12 +222,14 @@ class SourceProbe:
             "adapted": self.adapted,
             "source": self.source,
             "snapshots": self.snapshots,
+            "gathered": self.gathered,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps = state["steps"]
         self.agreement, self.adapted, self.source = state["agreement"], state["adapted"], state["source"]
         self.snapshots = state["snapshots"]
+        self.gathered = state.get("gathered", [])  # checkpoints of old gathered nothing
 
 
 def _histogram(classes: Tensor, count: int) -> Tensor:
