@@ -49,7 +49,7 @@ def test_the_sar_guard_resets_any_method_when_its_average_falls():
 
 def test_the_probe_guard_rolls_a_collapsing_stream_back_and_leaves_a_healthy_one():
     def probe() -> SourceProbe:
-        return SourceProbe(every=2, min_agreement=0.9, ring=2)
+        return SourceProbe(every=2, min_agreement=0.9, ring=2, probe_images=8)  # 8-row batches
 
     collapsing = zerosiam.adapt(tiny(scale=5.0), "tent", lr=500.0, guard=probe())  # agreement ≈ 0.4
     steady = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.0, guard=probe())
@@ -110,33 +110,35 @@ def _calls(classes: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.one_hot(classes, 10).float()
 
 
-def test_at_batch_1_a_probe_judges_the_newest_images_so_one_disagreement_is_not_a_collapse():
+def test_at_batch_1_a_probe_judges_16_images_gathered_one_step_in_8_so_one_disagreement_is_not_a_collapse():
     def run(probe: SourceProbe) -> _Labelled:
         learner = _Labelled()
-        for step in range(48):
+        for step in range(1, 300):
             label = step % 10
             x = torch.full((1, 3, 4, 4), float(label))
-            called = (label + 1) % 10 if step == 19 else label  # one image of 48 called otherwise
+            called = (label + 1) % 10 if step == 16 else label  # one image of 299 called otherwise
             probe(learner, x, _calls(torch.tensor([called])), [])
         return learner
 
     gathered = run(SourceProbe())
     assert gathered.put_back == 0
-    assert gathered.probed == [16] * 6  # no probe before 16 images; then steps 16-32 every 4, 48
-    alone = run(SourceProbe(probe_images=1))  # one image a probe: the old reading of batch 1
-    assert alone.put_back == 1 and alone.probed == [1] * 9  # steps 4-32 every 4, 48
+    assert gathered.probed == [16, 16]  # steps 8, 16, …, 128 make the first probe; 136 … 256 the second
+    alone = run(SourceProbe(probe_images=1))  # one image a probe, every probe: the old reading of batch 1
+    assert alone.put_back == 1 and alone.probed == [1] * 24  # steps 4-32 every 4, then 48-288 every 16
 
 
 def test_a_probe_of_gathered_images_resumes_from_a_checkpoint_as_it_would_have_gone_on():
     def make() -> Adapter:
-        return zerosiam.adapt(tiny(scale=5.0), "tent", lr=2.0, guard=SourceProbe(every=4, min_agreement=0.9))
+        probe = SourceProbe(every=4, min_agreement=0.9, probe_images=4, sample=2)
+        return zerosiam.adapt(tiny(scale=5.0), "tent", lr=2.0, guard=probe)
 
     singles = [x[:1] for x in _batches(40, seed=3)]
     adapter, resumed = make(), make()
-    for x in singles[:18]:
+    for x in singles[:19]:  # stopped with images gathered
         adapter(x)
+    assert adapter.recipe.guard.gathered
     resumed.load_state_dict(copy.deepcopy(adapter.state_dict()))
-    for x in singles[18:]:
+    for x in singles[19:]:
         torch.testing.assert_close(resumed(x), adapter(x))
     assert _fired(resumed) == _fired(adapter) and _fired(adapter)
 
@@ -181,7 +183,7 @@ def test_stacked_streams_are_guarded_as_lone_ones(guard):
     guards = {  # each made to fire within ten steps of this toy
         "rdumb": lambda: Periodic(every=3),
         "sar": lambda: OnRecovery(ema_below(0.9)),
-        "auto": lambda: SourceProbe(every=2, min_agreement=0.8),
+        "auto": lambda: SourceProbe(every=2, min_agreement=0.8, probe_images=8),
     }
 
     def make(streams: int) -> Adapter:

@@ -9,10 +9,10 @@ guard="auto")``), and every trigger is recorded in the step's diagnostics (``gua
   NeurIPS 2023: the simple baseline that beats most continual TTA methods).
 * ``sar`` (``OnRecovery``): SAR's reset (the moving average of the objective below 0.2), for any method.
 * ``auto`` (``SourceProbe``): the project's guard. Every ``every`` steps it predicts the step's batch with
-  the source weights as well (one extra forward without gradients) and compares, per stream, the adapted
-  model with the source on the same images: how often they agree, and how spread the adapted model's
-  predictions are against the source's (a class-ordered stream has a narrow marginal for both; a
-  collapse narrows only the adapted model's). While both are healthy it keeps a snapshot of the adapted
+  the source weights as well (one extra forward without gradients; at batch 1, 16 images gathered one
+  step in 8) and compares, per stream, the adapted model with the source on the same images: how often
+  they agree, and how spread the adapted model's predictions are against the source's (a class-ordered
+  stream has a narrow marginal for both; a collapse narrows only the adapted model's). While both are healthy it keeps a snapshot of the adapted
   weights; when one is not, it rolls the stream back to the snapshot before the unhealthy window.
 """
 
@@ -109,13 +109,15 @@ class SourceProbe:
     again; halving it left Tent at 10× the paper's rate 1.4 points below NoAdapt on the ResNet-26's
     class-ordered Gaussian noise, a tenth 0.7). Every stream is judged, rolled back and shrunk alone.
 
-    A probe judges at least ``probe_images`` images a stream. Where a step has fewer (batch 1), it keeps
-    the newest ``probe_images`` images of the recent steps beside the adapted model's calls on them as it
-    made them, predicts them all at the source weights in one forward, and makes no probe before it has
-    that many: judged on one image, a single disagreement took the agreement from 1.0 to 0.8, under the
+    A probe judges at least ``probe_images`` images a stream. A step with that many rows or more (batch
+    64) is judged on its own batch, on the schedule above. Smaller steps (batch 1) lend their images to
+    the probe one step in ``sample``, beside the adapted model's calls on them as it made them; when
+    ``probe_images`` are kept, they are predicted at the source weights in one forward, judged, and
+    dropped. Judged on one image, a single disagreement took the agreement from 1.0 to 0.8, under the
     bar, so that at batch 1 the guard fired on any probe whose image the adapted model called
-    differently from the source. A step with ``probe_images`` rows or more (batch 64) is judged on its
-    own batch, as it always was.
+    differently from the source; and probing every image of a batch-1 stream cost a fifth of its steps'
+    time on a CPU (a source forward for every forward and backward); one image in 8 costs an eighth of
+    that (``benchmarks/guard_cost.py``), at the price of judging a batch-1 stream every 128 steps.
     """
 
     def __init__(
@@ -129,9 +131,10 @@ class SourceProbe:
         warmup: int = 32,
         warmup_every: int = 4,
         probe_images: int = 16,
+        sample: int = 8,
     ) -> None:
         self.every = every
-        self.probe_images = probe_images
+        self.probe_images, self.sample = probe_images, sample
         self.warmup, self.warmup_every = warmup, warmup_every
         self.min_agreement = min_agreement
         self.max_narrowing = max_narrowing
@@ -156,13 +159,12 @@ class SourceProbe:
         layout = learner.layout
         quiet = layout.all_streams(prediction.device) & False
         self.signals = {}
-        small = len(prediction) // layout.count < self.probe_images
-        if small:
-            self._keep(layout.rows(x), layout.rows(prediction.argmax(-1)))
-        if self.steps % (self.warmup_every if self.steps <= self.warmup else self.every):
-            return quiet
-        images, adapted = self._gathered() if small else (x, layout.rows(prediction.argmax(-1)))
-        if adapted.shape[-1] < self.probe_images:  # the start of a stream of small steps
+        adapted = layout.rows(prediction.argmax(-1))
+        if len(prediction) // layout.count < self.probe_images:  # a small step: gather, probe when enough
+            images, adapted = self._gather(layout.rows(x), adapted)
+        else:
+            images = x if self._due() else None
+        if images is None:
             return quiet
         with torch.no_grad():
             source = learner.source_prediction(images)
@@ -183,17 +185,24 @@ class SourceProbe:
         self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]
         return flags
 
-    def _keep(self, images: Tensor, calls: Tensor) -> None:
-        """Remember a small step's images (``[B, n, ...]``) and the adapted model's calls on them
-        (``[B, n]``), keeping the newest steps that hold ``probe_images`` a stream."""
-        self.gathered = [*self.gathered, (images, calls)]
-        while sum(kept.shape[-1] for _, kept in self.gathered[1:]) >= self.probe_images:
-            self.gathered = self.gathered[1:]
+    def _due(self) -> bool:
+        """Whether this step of full batches is probed: every ``warmup_every`` steps in the warm-up,
+        every ``every`` after."""
+        return self.steps % (self.warmup_every if self.steps <= self.warmup else self.every) == 0
 
-    def _gathered(self) -> tuple[Tensor, Tensor]:
-        """The kept images as stream-major rows (as a step's ``x``) and the adapted calls on them."""
-        images = torch.cat([rows for rows, _ in self.gathered], dim=1)
-        return images.flatten(0, 1), torch.cat([calls for _, calls in self.gathered], dim=-1)
+    def _gather(self, images: Tensor, calls: Tensor) -> tuple[Tensor | None, Tensor]:
+        """Keep a small step's images (``[B, n, ...]``) and the adapted calls on them (``[B, n]``) if
+        it is one in ``sample``; once ``probe_images`` a stream are kept, hand them all over as
+        stream-major rows (as a step's ``x``) with their calls, and start gathering afresh."""
+        if self.steps % self.sample:
+            return None, calls
+        self.gathered = [*self.gathered, (images, calls)]
+        calls = torch.cat([kept for _, kept in self.gathered], dim=-1)
+        if calls.shape[-1] < self.probe_images:
+            return None, calls
+        images = torch.cat([rows for rows, _ in self.gathered], dim=1).flatten(0, 1)
+        self.gathered = []
+        return images, calls
 
     def _follow(self, adapted: Tensor, source: Tensor, classes: int) -> Health:
         """Move the averages by one probe: ``adapted``, ``source`` are ``[B, n]`` predicted classes."""
