@@ -8,12 +8,13 @@ guard="auto")``), and every trigger is recorded in the step's diagnostics (``gua
 * ``rdumb`` (``Periodic``): back to the source every 1,000 steps, whatever happens (RDumb, Press et al.,
   NeurIPS 2023: the simple baseline that beats most continual TTA methods).
 * ``sar`` (``OnRecovery``): SAR's reset (the moving average of the objective below 0.2), for any method.
-* ``auto`` (``SourceProbe``): the project's guard. Every ``every`` steps it predicts the step's batch with
-  the source weights as well (one extra forward without gradients; at batch 1, 16 images gathered one
-  step in 8) and compares, per stream, the adapted model with the source on the same images: how often
-  they agree, and how spread the adapted model's predictions are against the source's (a class-ordered
-  stream has a narrow marginal for both; a collapse narrows only the adapted model's). While both are healthy it keeps a snapshot of the adapted
-  weights; when one is not, it rolls the stream back to the snapshot before the unhealthy window.
+* ``auto`` (``SourceProbe``): the project's guard. Every ``every`` steps it predicts the step's batch
+  with the source weights as well (one extra forward without gradients; at batch 1, 16 images gathered
+  one step in 8) and compares, per stream, the adapted model with the source on the same images: how
+  often they agree, and how spread the adapted model's predictions are against the source's (a
+  class-ordered stream has a narrow marginal for both; a collapse narrows only the adapted model's).
+  While both are healthy it keeps a snapshot of the adapted weights; when one is not, it rolls the stream
+  back to the snapshot before the unhealthy window.
 """
 
 from __future__ import annotations
