@@ -3,16 +3,15 @@
     PYTHONPATH=. python benchmarks/guard_cost.py --model resnet26_gn --steps 48 [--methods zerosiam]
 
 Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 and at batch 1 (the same
-images one at a time, 8 times as many steps: ``auto`` probes a batch-64 stream every 16 steps and a
-batch-1 stream every 128, on 16 images gathered one step in 8, so it probes as often in both); the median
-of interleaved repeats, so that a busy machine slows every variant alike. A guarded step's time is given
-as a ratio to the unguarded one measured beside it, beside the operations a step dispatches (counted
-apart, untimed): on a GPU a small model's step waits for the host's dispatch, so the operations a guard
-adds are what it costs there. The triggers column is how often the guard fired in that counted run: a
-stream put back (and, for ``auto``, slowed) does more work after it than a probe alone, so a guard that
-fires is not timed against the same work. The memory column is what the guard keeps beyond the adapter:
-``auto``'s ring of snapshots of the trainable weights, in copies of them (the adapter's own source copy
-is there with or without a guard).
+images one at a time, 8 times as many steps, so that ``auto`` with ``sample=8``, which probes a batch-1
+stream every 128 steps, probes there as often as at batch 64); the median of interleaved repeats, so that
+a busy machine slows every variant alike. A guarded step's time is given as a ratio to the unguarded one
+measured beside it, beside the operations a step dispatches (counted apart, untimed): on a GPU a small
+model's step waits for the host's dispatch, so the operations a guard adds are what it costs there. The
+triggers column is how often the guard fired in that counted run: a stream put back (and, for ``auto``,
+slowed) does more work after it than a probe alone, so a guard that fires is not timed against the same
+work. The memory column is what the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the
+trainable weights, in copies of them (the adapter's own source copy is there with or without a guard).
 """
 
 from __future__ import annotations
@@ -28,10 +27,16 @@ from benchmarks.diagnostics_overhead import seconds_per_step, setup
 from zerosiam.parts.guards import GUARDS, SourceProbe
 
 METHODS = ("tent", "zerosiam")
-SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step: a probe every 128 steps, every 16 at batch 64
-# "auto" probes every 4 steps in its first 32, then every 16: its cost over a short measurement is the
-# warm-up's; "auto, after warm-up" is the same guard probing every 16 steps from the start.
-VARIANTS = {**{name: name for name in GUARDS}, "auto, after warm-up": lambda: SourceProbe(warmup=0)}
+SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step
+# "auto" probes a batch-64 stream every 4 steps in its first 32, then every 16: its cost over a short
+# measurement is the warm-up's; "auto, after warm-up" is the same guard probing every 16 steps from the
+# start. At batch 1 both judge every image, 16 every 16 steps; "auto, sample=8" one image in 8 (the same
+# guard as "after warm-up" at batch 64).
+VARIANTS = {
+    **{name: name for name in GUARDS},
+    "auto, after warm-up": lambda: SourceProbe(warmup=0),
+    "auto, sample=8": lambda: SourceProbe(warmup=0, sample=8),
+}
 
 
 def snapshot_copies(adapter: zerosiam.Adapter) -> float:

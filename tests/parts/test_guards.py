@@ -110,7 +110,7 @@ def _calls(classes: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.one_hot(classes, 10).float()
 
 
-def test_at_batch_1_a_probe_judges_16_images_gathered_one_step_in_8_so_one_disagreement_is_not_a_collapse():
+def test_at_batch_1_a_probe_judges_16_images_gathered_since_the_last_so_one_disagreement_is_not_a_collapse():
     def run(probe: SourceProbe) -> _Labelled:
         learner = _Labelled()
         for step in range(1, 300):
@@ -120,9 +120,10 @@ def test_at_batch_1_a_probe_judges_16_images_gathered_one_step_in_8_so_one_disag
             probe(learner, x, _calls(torch.tensor([called])), [])
         return learner
 
-    gathered = run(SourceProbe())
-    assert gathered.put_back == 0
-    assert gathered.probed == [16, 16]  # steps 8, 16, …, 128 make the first probe; 136 … 256 the second
+    every_image = run(SourceProbe())
+    assert every_image.put_back == 0 and every_image.probed == [16] * 18  # steps 16, 32, …, 288
+    sampled = run(SourceProbe(sample=8))  # one step in 8: steps 8, …, 128 make a probe, 136 … 256 the next
+    assert sampled.put_back == 0 and sampled.probed == [16, 16]
     alone = run(SourceProbe(probe_images=1))  # one image a probe, every probe: the old reading of batch 1
     assert alone.put_back == 1 and alone.probed == [1] * 24  # steps 4-32 every 4, then 48-288 every 16
 
