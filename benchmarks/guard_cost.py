@@ -16,6 +16,7 @@ trainable weights, in copies of them (the adapter's own source copy is there wit
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
@@ -30,12 +31,16 @@ METHODS = ("tent", "zerosiam")
 SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step
 # "auto" probes a batch-64 stream every 4 steps in its first 32, then every 16: its cost over a short
 # measurement is the warm-up's; "auto, after warm-up" is the same guard probing every 16 steps from the
-# start. At batch 1 both judge every image, 16 every 16 steps; "auto, sample=8" one image in 8 (the same
-# guard as "after warm-up" at batch 64).
+# start. At batch 1 both judge every image, 16 every 16 steps. A guard that fires slows its stream after
+# (every gradient scaled), which is not a probe's cost: the "probing only" variants probe, judge and
+# keep snapshots as "after warm-up" does but never fire, with every image judged or one batch-1 step in
+# 8 (the same guard at batch 64).
+NEVER = {"min_agreement": 0.0, "max_narrowing": math.inf}
 VARIANTS = {
     **{name: name for name in GUARDS},
     "auto, after warm-up": lambda: SourceProbe(warmup=0),
-    "auto, sample=8": lambda: SourceProbe(warmup=0, sample=8),
+    "auto, probing only": lambda: SourceProbe(warmup=0, **NEVER),
+    "auto, sample=8, probing only": lambda: SourceProbe(warmup=0, sample=8, **NEVER),
 }
 
 
