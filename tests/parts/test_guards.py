@@ -184,7 +184,7 @@ def test_stacked_streams_are_guarded_as_lone_ones(guard):
     guards = {  # each made to fire within ten steps of this toy
         "rdumb": lambda: Periodic(every=3),
         "sar": lambda: OnRecovery(ema_below(0.9)),
-        "auto": lambda: SourceProbe(every=2, min_agreement=0.8, probe_images=8),
+        "auto": lambda: SourceProbe(every=2, min_agreement=0.8),  # 8-row steps: two gathered a probe
     }
 
     def make(streams: int) -> Adapter:
