@@ -117,10 +117,10 @@ class SourceProbe:
     dropped, so a call judged after a trigger was made after it. Judged on one image, a single
     disagreement took the agreement from 1.0 to 0.8, under the bar, so that at batch 1 the guard fired on
     any probe whose image the adapted model called differently from the source. Judging every image (the
-    default) costs a batch-1 step on a CPU about a fifth more (a source forward for each forward and
-    backward); ``sample=8`` costs an eighth of that but judges a stream every 128 steps instead of 16,
-    and on the ResNet-26's blind spot left 11 of 24 cells more than a point below not adapting, against 6
-    (``docs/guard.md``).
+    default) costs a batch-1 step on a CPU a quarter more (a source forward for each forward and
+    backward); ``sample=8`` costs 5 % but judges a stream every 128 steps instead of 16, and on the
+    ResNet-26's blind spot left 11 of 24 cells more than a point below not adapting, against 6
+    (``docs/efficiency.md``, ``docs/guard.md``).
     """
 
     def __init__(
