@@ -153,7 +153,7 @@ class SourceProbe:
         self.adapted: Tensor | None = None  # per stream, a moving class histogram
         self.source: Tensor | None = None
         self.snapshots: list[dict[str, dict[str, Tensor]]] = []
-        self.gathered: list[tuple[Tensor, Tensor]] = []  # recent small steps: (images, adapted calls)
+        self.gathered: list[tuple[Tensor, Tensor]] = []  # small steps since the last probe: (images, calls)
 
     def __call__(
         self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
@@ -164,11 +164,12 @@ class SourceProbe:
         self.signals = {}
         adapted = layout.rows(prediction.argmax(-1))
         if len(prediction) // layout.count < self.probe_images:  # a small step: gather, probe when enough
-            images, adapted = self._gather(layout.rows(x), adapted)
+            probe = self._gather(layout.rows(x), adapted)
         else:
-            images = x if self._due() else None
-        if images is None:
+            probe = (x, adapted) if self._due() else None
+        if probe is None:
             return quiet
+        images, adapted = probe
         with torch.no_grad():
             source = learner.source_prediction(images)
         health = self._follow(adapted, layout.rows(source.argmax(-1)), prediction.shape[-1])
@@ -193,17 +194,17 @@ class SourceProbe:
         every ``every`` after."""
         return self.steps % (self.warmup_every if self.steps <= self.warmup else self.every) == 0
 
-    def _gather(self, images: Tensor, calls: Tensor) -> tuple[Tensor | None, Tensor]:
+    def _gather(self, images: Tensor, calls: Tensor) -> tuple[Tensor, Tensor] | None:
         """Keep a small step's images (``[B, n, ...]``) and the adapted calls on them (``[B, n]``) if
         it is one in ``sample``; once ``probe_images`` a stream are kept, hand them all over as
         stream-major rows (as a step's ``x``) with their calls, and start gathering afresh."""
         if self.steps % self.sample:
-            return None, calls
+            return None
         self.gathered = [*self.gathered, (images, calls)]
-        calls = torch.cat([kept for _, kept in self.gathered], dim=-1)
-        if calls.shape[-1] < self.probe_images:
-            return None, calls
+        if sum(kept.shape[-1] for _, kept in self.gathered) < self.probe_images:
+            return None
         images = torch.cat([rows for rows, _ in self.gathered], dim=1).flatten(0, 1)
+        calls = torch.cat([kept for _, kept in self.gathered], dim=-1)
         self.gathered = []
         return images, calls
 
