@@ -8,9 +8,11 @@ The study's label-shift stream (CIFAR-10-C, severity 5, class-ordered, batch 64,
 the step's batch is also predicted at the source weights, as ``auto`` probes, and each window of 16 steps
 prints the source's and the adapted model's accuracy on the probed images (labels no guard sees), how often
 the two models agree on all of them (``auto``'s first signal) and on the half the source is more confident
-of (a candidate: a model that gains should change the source's doubtful calls, not its sure ones), and how
-much narrower the adapted class histogram is than the source's (``auto``'s second signal). A signal is of
-use to a guard where it parts the windows that lose from those that gain.
+of (a candidate: a model that gains should change the source's doubtful calls, not its sure ones), how
+often the adapted call is among the source's 2 and 3 most probable classes (a candidate: a gain should
+move a call to a class the source found likely too, a collapse anywhere), how much narrower the adapted
+class histogram is than the source's (``auto``'s second signal), and both models' mean entropy. A signal
+is of use to a guard where it parts the windows that lose from those that gain.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from zerosiam.protocols.build import to_device
 
 PROBE_EVERY = 4  # auto's warm-up schedule, kept for the whole stream
 WINDOW = 4  # probes a printed row sums
+TOPS = (2, 3)  # the source's k most probable classes an adapted call may fall among
 
 
 class Watch:
@@ -91,12 +94,23 @@ def window_row(probes: list[tuple[int, Tensor, Tensor]], labels: list[Tensor]) -
     confidence = source.max(-1).values
     sure = torch.cat([c >= c.median() for c in confidence.split([len(s) for _, s, _ in probes])])
     agree = said == changed
+    plausible = [float(in_top(source, changed, k).float().mean()) for k in TOPS]
     narrowing = entropy(said, source.shape[-1]) - entropy(changed, source.shape[-1])
     return (
         f"| {probes[0][0]}–{probes[-1][0]} | {100 * float((said == y).float().mean()):.1f} "
         f"| {100 * float((changed == y).float().mean()):.1f} | {float(agree.float().mean()):.2f} "
-        f"| {float(agree[sure].float().mean()):.2f} | {narrowing:+.2f} |"
+        f"| {float(agree[sure].float().mean()):.2f} | {' | '.join(f'{p:.2f}' for p in plausible)} "
+        f"| {narrowing:+.2f} | {mean_entropy(source):.2f} | {mean_entropy(adapted):.2f} |"
     )
+
+
+def in_top(probabilities: Tensor, classes: Tensor, k: int) -> Tensor:
+    """Whether each row's ``classes`` is among the ``k`` most probable of ``probabilities``."""
+    return (probabilities.topk(k, -1).indices == classes.unsqueeze(-1)).any(-1)
+
+
+def mean_entropy(probabilities: Tensor) -> float:
+    return float(-(probabilities * probabilities.clamp_min(1e-12).log()).sum(-1).mean())
 
 
 def main() -> None:
@@ -115,8 +129,10 @@ def main() -> None:
         probes, labels, accuracy = watched_run(spec)
         print(f"\n{args.model} {args.method} ×{args.lr_scale:g}, {args.protocol}, {corruption}: "
               f"accuracy {100 * accuracy:.1f}")  # fmt: skip
-        print("| steps | source acc. | adapted acc. | agreement | on the source's surer half | narrowing |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        tops = " | ".join(f"in the source's top {k}" for k in TOPS)
+        print(f"| steps | source acc. | adapted acc. | agreement | on the source's surer half | {tops} "
+              "| narrowing | source entropy | adapted entropy |")  # fmt: skip
+        print("| --- |" + " ---: |" * (7 + len(TOPS)))
         for start in range(0, len(probes), WINDOW):
             print(window_row(probes[start : start + WINDOW], labels[start : start + WINDOW]))
 

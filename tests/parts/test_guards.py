@@ -79,6 +79,28 @@ def test_a_probe_puts_a_warm_up_collapse_back_to_the_source_and_a_later_one_to_i
     assert not all(torch.equal(v, source["params"][k]) for k, v in oldest["params"].items())
 
 
+def test_with_escalate_a_stream_unhealthy_again_right_after_a_roll_back_goes_back_to_the_source():
+    probe = SourceProbe(
+        every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2, probe_images=8, escalate=True
+    )
+    adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=1.0, guard=probe)  # fires at 6, 14 and 16
+    guard = adapter.recipe.guard
+    source = adapter.snapshot()["params"]
+    put_back = {}
+    for x in _batches(16):
+        oldest = copy.deepcopy(guard.snapshots[0]["params"]) if guard.snapshots else None
+        adapter(x)
+        if adapter.last["guard"]:
+            now = adapter.snapshot()["params"]
+            kinds = (("source", source), ("snapshot", oldest))
+            put_back[adapter.steps] = [name for name, weights in kinds if weights and _same(weights, now)]
+    assert put_back == {6: ["source"], 14: ["snapshot"], 16: ["source"]}
+
+
+def _same(weights: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(value, other[name]) for name, value in weights.items())
+
+
 class _Labelled:
     """A learner whose source calls each image by the class written in its first pixel; it counts what a
     guard asks of it."""

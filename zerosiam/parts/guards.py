@@ -121,6 +121,13 @@ class SourceProbe:
     backward); ``sample=8`` costs 5 % but judges a stream every 128 steps instead of 16, and on the
     ResNet-26's blind spot left 11 of 24 cells more than a point below not adapting, against 6
     (``docs/efficiency.md``, ``docs/guard.md``).
+
+    With ``escalate``, a stream found unhealthy again at the probe right after it was rolled back goes
+    back to the source instead: the snapshot it was rolled back to was already inside the trouble, and
+    rolling a stream that has moved far from the source back to a snapshot as far away only slows it
+    (on the ConvNeXt's blind spot 567 of ``auto``'s 1,060 triggers came at the probe right after another;
+    DeYO's fog fired 285 times and ended 10 points below not adapting). Off by default: every stored
+    ``auto`` run was made without it.
     """
 
     def __init__(
@@ -135,6 +142,7 @@ class SourceProbe:
         warmup_every: int = 4,
         probe_images: int = 16,
         sample: int = 1,
+        escalate: bool = False,
     ) -> None:
         self.every = every
         self.probe_images, self.sample = probe_images, sample
@@ -144,6 +152,7 @@ class SourceProbe:
         self.momentum = momentum
         self.ring = ring
         self.shrink = shrink
+        self.escalate = escalate
         self.reset()
 
     def reset(self) -> None:
@@ -154,6 +163,7 @@ class SourceProbe:
         self.source: Tensor | None = None
         self.snapshots: list[dict[str, dict[str, Tensor]]] = []
         self.gathered: list[tuple[Tensor, Tensor]] = []  # small steps since the last probe: (images, calls)
+        self.put_back: Tensor | None = None  # per stream, whether the last probe put it back
 
     def __call__(
         self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
@@ -178,16 +188,27 @@ class SourceProbe:
         self.signals = {"agreement": layout.value(health.agreement), "narrowing": layout.value(narrowing)}
         flags = layout.value(unhealthy)
         if bool(unhealthy.any()):
-            if self.snapshots and self.steps > self.warmup:
-                learner.roll_back(self.snapshots[0], flags)
-            else:
-                learner.restore_source(flags)
+            self._put_back(learner, unhealthy)
             if self.shrink != 1.0:
                 learner.shrink(flags, self.shrink)
             self._restart(unhealthy)
+        self.put_back = unhealthy
         # every stream's weights now passed this probe (or were put back): the newest snapshot
         self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]
         return flags
+
+    def _put_back(self, learner: GuardedLearner, unhealthy: Tensor) -> None:
+        """The ``unhealthy`` streams (``[B]`` flags) back to the oldest snapshot; to the source in the
+        warm-up and, with ``escalate``, those the last probe put back too."""
+        value = learner.layout.value
+        if not self.snapshots or self.steps <= self.warmup:
+            learner.restore_source(value(unhealthy))
+        elif not self.escalate or self.put_back is None:
+            learner.roll_back(self.snapshots[0], value(unhealthy))
+        else:
+            again = unhealthy & self.put_back
+            learner.roll_back(self.snapshots[0], value(unhealthy & ~again))
+            learner.restore_source(value(again))
 
     def _due(self) -> bool:
         """Whether this step of full batches is probed: every ``warmup_every`` steps in the warm-up,
@@ -236,6 +257,7 @@ class SourceProbe:
             "source": self.source,
             "snapshots": self.snapshots,
             "gathered": self.gathered,
+            "put_back": self.put_back,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -243,6 +265,7 @@ class SourceProbe:
         self.agreement, self.adapted, self.source = state["agreement"], state["adapted"], state["source"]
         self.snapshots = state["snapshots"]
         self.gathered = state.get("gathered", [])  # checkpoints of old gathered nothing
+        self.put_back = state.get("put_back")  # nor knew what the last probe put back
 
 
 def _histogram(classes: Tensor, count: int) -> Tensor:
