@@ -13,6 +13,11 @@ methods gain and where they fall by default) into a scratch store copied from th
 stacked, as the study ran them. A run already in the scratch store is not run again, so a stopped process
 goes on where it stopped, and processes may share the store: one variant each, or one variant split by
 ``--shard I/N`` (every N-th run from the I-th).
+
+``--repeats-only`` is for a variant that changes only what a trigger right after another does
+(``escalate``): a cell whose ``auto`` run fired at most once runs under it exactly as under ``auto``, so
+only the other cells are run, and the rest are judged on ``auto``'s runs (as ``rdumb``'s idle cells are
+judged on the unguarded runs).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from zerosiam.bench.execution import execute
 from zerosiam.bench.grid import Grid
@@ -35,11 +41,18 @@ from zerosiam.parts.guards import GUARDS, SourceProbe
 
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
+AUTO = "auto"
+REPEAT_SETTINGS = {"escalate"}  # the settings that change only what a repeated trigger does
+
+
+def settings_of(variant: str) -> dict[str, Any]:
+    """``NAME=VALUE,...`` as ``SourceProbe`` settings, the values read as JSON."""
+    return {name: json.loads(value) for name, value in (pair.split("=") for pair in variant.split(","))}
 
 
 def variant_guard(variant: str) -> str:
     """Register ``auto`` with the settings ``NAME=VALUE,...`` under a name of its own; return the name."""
-    settings = {name: json.loads(value) for name, value in (pair.split("=") for pair in variant.split(","))}
+    settings = settings_of(variant)
     SourceProbe(**settings)  # an unknown setting fails here, naming it, before any run
     name = f"auto[{variant}]"
     GUARDS[name] = lambda: SourceProbe(**settings)
@@ -63,6 +76,25 @@ def cells(grids: list[str], model: str, guards: list[str], store: ResultStore) -
     return specs
 
 
+def as_auto(spec: RunSpec) -> RunSpec:
+    return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
+
+
+def fired_at_most_once(spec: RunSpec, store: ResultStore) -> bool:
+    """Whether ``auto``'s run of this cell is stored and fired once or never."""
+    auto = as_auto(spec).run_id
+    return auto in store and int(store.get(auto)["metrics"].get("guard_triggers") or 0) <= 1
+
+
+def stand_ins(specs: list[RunSpec], store: ResultStore) -> list[dict[str, Any]]:
+    """``auto``'s rows as the variant's, for the cells that ``--repeats-only`` does not run."""
+    return [
+        {**store.get(as_auto(spec).run_id), "run_id": spec.run_id, "spec": spec.as_dict()}
+        for spec in specs
+        if spec.method != "noadapt" and fired_at_most_once(spec, store) and spec.run_id not in store
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -74,15 +106,21 @@ def main() -> None:
     parser.add_argument("--committed", type=Path, default=Path("docs/results/study"))
     parser.add_argument("--shard", default="0/1", help="I/N: run every N-th run from the I-th")
     parser.add_argument("--judge-only", action="store_true", help="run nothing, judge what is stored")
+    parser.add_argument("--repeats-only", action="store_true", help="run only where auto fired twice or more")
     args = parser.parse_args()
+    if args.repeats_only and any(settings_of(v).keys() - REPEAT_SETTINGS for v in args.variant):
+        parser.error(f"--repeats-only takes variants of {', '.join(sorted(REPEAT_SETTINGS))} only")
     names = [variant_guard(variant) for variant in args.variant]
     store = scratch_store(args.db, args.committed)
+    variants = cells(args.grids, args.model, names, store)
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
-        shard = cells(args.grids, args.model, names, store)[first::count]
-        execute(shard, store, Execution(backend="inline", stack=True))
-    wanted = {spec.run_id for spec in cells(args.grids, args.model, COMPARED + names, store)}
+        runs = [s for s in variants if not (args.repeats_only and fired_at_most_once(s, store))]
+        execute(runs[first::count], store, Execution(backend="inline", stack=True))
+    wanted = {spec.run_id for spec in cells(args.grids, args.model, COMPARED, store) + variants}
     rows = [row for row in store.rows(KIND) if row["run_id"] in wanted]
+    if args.repeats_only:
+        rows += stand_ins(variants, store)
     print(to_markdown(guard_scores(rows)), end="")
 
 
