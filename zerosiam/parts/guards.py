@@ -126,10 +126,10 @@ class SourceProbe:
     back to the source instead: the snapshot it was rolled back to was already inside the trouble, and
     rolling a stream that has moved far from the source back to a snapshot as far away only slows it
     (on the ConvNeXt's blind spot 567 of ``auto``'s 1,060 triggers came at the probe right after another;
-    DeYO's fog fired 285 times and ended 10 points below not adapting). On the ConvNeXt it left none of
-    those 24 blind-spot cells more than a point below not adapting (11 without it), and ZeroSiam's gain
-    there gone as before, but kept 47 % of the gains grid's gains against 54 % (``docs/guard.md``). Off by
-    default: every stored ``auto`` run was made without it, and the other models' cells are not measured.
+    DeYO's fog fired 285 times and ended 10 points below not adapting). On the ConvNeXt's and the
+    ResNet-26's blind spots it left none of their 24 cells more than a point below not adapting (11 and 6
+    without it), but on the ConvNeXt's gains grid kept 47 % of the gains against 54 % (``docs/guard.md``).
+    Off by default: every stored ``auto`` run was made without it, and most cells are not measured.
     """
 
     def __init__(
