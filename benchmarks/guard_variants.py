@@ -80,19 +80,20 @@ def as_auto(spec: RunSpec) -> RunSpec:
     return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
 
 
-def fired_at_most_once(spec: RunSpec, store: ResultStore) -> bool:
-    """Whether ``auto``'s run of this cell is stored and fired once or never."""
+def quiet_auto_run(spec: RunSpec, store: ResultStore) -> dict[str, Any] | None:
+    """``auto``'s stored run of this cell if it fired once or never, else None."""
     auto = as_auto(spec).run_id
-    return auto in store and int(store.get(auto)["metrics"].get("guard_triggers") or 0) <= 1
+    if auto not in store:
+        return None
+    row = store.get(auto)
+    return row if int(row["metrics"].get("guard_triggers") or 0) <= 1 else None
 
 
 def stand_ins(specs: list[RunSpec], store: ResultStore) -> list[dict[str, Any]]:
     """``auto``'s rows as the variant's, for the cells that ``--repeats-only`` does not run."""
-    return [
-        {**store.get(as_auto(spec).run_id), "run_id": spec.run_id, "spec": spec.as_dict()}
-        for spec in specs
-        if spec.method != "noadapt" and fired_at_most_once(spec, store) and spec.run_id not in store
-    ]
+    unrun = [spec for spec in specs if spec.method != "noadapt" and spec.run_id not in store]
+    quiet = [(spec, quiet_auto_run(spec, store)) for spec in unrun]
+    return [{**row, "run_id": spec.run_id, "spec": spec.as_dict()} for spec, row in quiet if row]
 
 
 def main() -> None:
@@ -115,7 +116,7 @@ def main() -> None:
     variants = cells(args.grids, args.model, names, store)
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
-        runs = [s for s in variants if not (args.repeats_only and fired_at_most_once(s, store))]
+        runs = [s for s in variants if not (args.repeats_only and quiet_auto_run(s, store))]
         execute(runs[first::count], store, Execution(backend="inline", stack=True))
     wanted = {spec.run_id for spec in cells(args.grids, args.model, COMPARED, store) + variants}
     rows = [row for row in store.rows(KIND) if row["run_id"] in wanted]
