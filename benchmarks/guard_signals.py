@@ -29,6 +29,7 @@ from zerosiam.bench.runner import stream_for
 from zerosiam.bench.spec import RunSpec
 from zerosiam.cli._args import csv_list
 from zerosiam.parts.contract import Evaluation, GuardedLearner
+from zerosiam.parts.losses import probability_entropy
 from zerosiam.protocols.build import to_device
 
 PROBE_EVERY = 4  # auto's warm-up schedule, kept for the whole stream
@@ -80,9 +81,9 @@ def watched_run(spec: RunSpec) -> tuple[list[tuple[int, Tensor, Tensor]], list[T
 
 
 def entropy(classes: Tensor, count: int) -> float:
+    """The entropy of the histogram of ``classes`` over ``count`` classes, in nats."""
     share = torch.bincount(classes.flatten(), minlength=count).float() / classes.numel()
-    share = share[share > 0]
-    return float(-(share * share.log()).sum())
+    return float(probability_entropy(share))
 
 
 def window_row(probes: list[tuple[int, Tensor, Tensor]], labels: list[Tensor]) -> str:
@@ -96,21 +97,18 @@ def window_row(probes: list[tuple[int, Tensor, Tensor]], labels: list[Tensor]) -
     agree = said == changed
     plausible = [float(in_top(source, changed, k).float().mean()) for k in TOPS]
     narrowing = entropy(said, source.shape[-1]) - entropy(changed, source.shape[-1])
+    source_entropy, adapted_entropy = (float(probability_entropy(p).mean()) for p in (source, adapted))
     return (
         f"| {probes[0][0]}–{probes[-1][0]} | {100 * float((said == y).float().mean()):.1f} "
         f"| {100 * float((changed == y).float().mean()):.1f} | {float(agree.float().mean()):.2f} "
         f"| {float(agree[sure].float().mean()):.2f} | {' | '.join(f'{p:.2f}' for p in plausible)} "
-        f"| {narrowing:+.2f} | {mean_entropy(source):.2f} | {mean_entropy(adapted):.2f} |"
+        f"| {narrowing:+.2f} | {source_entropy:.2f} | {adapted_entropy:.2f} |"
     )
 
 
 def in_top(probabilities: Tensor, classes: Tensor, k: int) -> Tensor:
     """Whether each row's ``classes`` is among the ``k`` most probable of ``probabilities``."""
     return (probabilities.topk(k, -1).indices == classes.unsqueeze(-1)).any(-1)
-
-
-def mean_entropy(probabilities: Tensor) -> float:
-    return float(-(probabilities * probabilities.clamp_min(1e-12).log()).sum(-1).mean())
 
 
 def main() -> None:

@@ -21,6 +21,13 @@ def test_entropy_matches_hand_computation():
     assert losses.entropy(logits).item() == pytest.approx(expected, rel=1e-6)
 
 
+def test_probability_entropy_is_the_entropy_of_the_same_distribution_and_finite_on_empty_classes():
+    logits = torch.randn(5, 10)
+    assert torch.allclose(losses.probability_entropy(logits.softmax(-1)), losses.entropy(logits), atol=1e-5)
+    histogram = torch.tensor([0.5, 0.5, 0.0, 0.0])  # two classes never called: log 2, not NaN
+    assert losses.probability_entropy(histogram).item() == pytest.approx(math.log(2))
+
+
 @pytest.mark.parametrize("name", sorted(losses.DIVERGENCES))
 def test_divergences_vanish_at_equality_and_are_positive_otherwise(name):
     divergence = losses.DIVERGENCES[name]

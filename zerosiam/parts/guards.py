@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from zerosiam.parts.contract import Evaluation, GuardedLearner, Recovery
+from zerosiam.parts.losses import probability_entropy
 from zerosiam.parts.recovery import ema_below
 
 RDUMB_EVERY = 1000  # RDumb (Press et al., 2023): reset every 1,000 steps
@@ -236,7 +237,7 @@ class SourceProbe:
         self.agreement = self._blend(self.agreement, (adapted == source).float().mean(-1))
         self.adapted = self._blend(self.adapted, _histogram(adapted, classes))
         self.source = self._blend(self.source, _histogram(source, classes))
-        return Health(self.agreement, _entropy(self.adapted), _entropy(self.source))
+        return Health(self.agreement, probability_entropy(self.adapted), probability_entropy(self.source))
 
     def _blend(self, average: Tensor | None, value: Tensor) -> Tensor:
         """One probe into a moving average; a stream whose average is NaN (restarted) takes the value."""
@@ -274,10 +275,6 @@ def _histogram(classes: Tensor, count: int) -> Tensor:
     """Per stream, the fraction of rows predicting each class: ``[B, n]`` → ``[B, count]``."""
     one_hot = torch.nn.functional.one_hot(classes, count).float()
     return one_hot.mean(1)
-
-
-def _entropy(histogram: Tensor) -> Tensor:
-    return -(histogram * histogram.clamp_min(1e-12).log()).sum(-1)
 
 
 Guard = Callable[[GuardedLearner, Tensor, Tensor, list[Evaluation]], Tensor]

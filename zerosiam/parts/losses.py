@@ -24,6 +24,12 @@ def entropy(logits: Tensor) -> Tensor:
     return -(log_p.exp() * log_p).sum(-1)
 
 
+def probability_entropy(probabilities: Tensor) -> Tensor:
+    """The same for a distribution given as probabilities (a class histogram), in nats; a class of
+    probability 0 adds 0, where going through a log of it would give NaN."""
+    return -(probabilities * probabilities.clamp_min(1e-12).log()).sum(-1)
+
+
 def _kl_from_logits(log_p: Tensor, log_q: Tensor) -> Tensor:
     return (log_p.exp() * (log_p - log_q)).sum(-1)
 
