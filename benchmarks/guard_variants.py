@@ -7,12 +7,18 @@
 
 Each ``--variant`` is ``SourceProbe`` with some of its settings changed (``NAME=VALUE`` pairs, the values
 in JSON), run as a guard of its own, ``auto[...]``, on the model's cells of the grids named (those where
-methods gain and where they fall by default) into a scratch store copied from the committed one
-(``--db``; the study's store is never written), then judged with the unguarded runs, SAR's reset and
-``auto`` on the same cells by the grid's goals (``zerosiam.bench.guard_goals``). Batch-1 streams run
-stacked, as the study ran them. A run already in the scratch store is not run again, so a stopped process
-goes on where it stopped, and processes may share the store: one variant each, or one variant split by
-``--shard I/N`` (every N-th run from the I-th).
+methods gain and where they fall by default), then judged with the unguarded runs, SAR's reset and
+``auto`` on the same cells of the committed store by the grid's goals (``zerosiam.bench.guard_goals``).
+Batch-1 streams run stacked, as the study ran them.
+
+The variant's runs go into a store of their own (``--db``, SQLite; the study's store is never written):
+a run already there is not run again, so a stopped process goes on where it stopped, and processes may
+share it: one variant each, or one variant split by ``--shard I/N`` (every N-th run from the I-th).
+``--export FOLDER`` adds them to a committed text store (``docs/results/guard_variants``, without
+curves), which ``--db`` also reads, so that a judged table can be computed again from git alone:
+
+    PYTHONPATH=. python benchmarks/guard_variants.py --model resnet26_gn --variant escalate=true \
+        --repeats-only --db docs/results/guard_variants --judge-only
 
 ``--repeats-only`` is for a variant that changes only what a trigger right after another does
 (``escalate``): a cell whose ``auto`` run fired at most once runs under it exactly as under ``auto``, so
@@ -24,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +40,7 @@ from zerosiam.bench.select import grid_specs
 from zerosiam.bench.spec import KIND, RunSpec
 from zerosiam.bench.store import ResultStore
 from zerosiam.bench.tasks import Execution
-from zerosiam.bench.textstore import open_store
+from zerosiam.bench.textstore import is_text_store, open_store, write_text
 from zerosiam.cli._args import csv_list
 from zerosiam.parts.guards import GUARDS, SourceProbe
 
@@ -59,11 +64,11 @@ def variant_guard(variant: str) -> str:
     return name
 
 
-def scratch_store(path: Path, committed: Path) -> ResultStore:
-    """A SQLite copy of the committed text store at ``path`` (made once; later calls add to it)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(open_store(committed).path, path)
+def variant_store(path: Path) -> ResultStore:
+    """The variants' runs: a SQLite file (made if need be, to run into) or a committed text store (read)."""
+    if is_text_store(path):
+        return open_store(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     return ResultStore(path)
 
 
@@ -80,20 +85,31 @@ def as_auto(spec: RunSpec) -> RunSpec:
     return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
 
 
-def quiet_auto_run(spec: RunSpec, store: ResultStore) -> dict[str, Any] | None:
+def quiet_auto_run(spec: RunSpec, committed: ResultStore) -> dict[str, Any] | None:
     """``auto``'s stored run of this cell if it fired once or never, else None."""
     auto = as_auto(spec).run_id
-    if auto not in store:
+    if auto not in committed:
         return None
-    row = store.get(auto)
+    row = committed.get(auto)
     return row if int(row["metrics"].get("guard_triggers") or 0) <= 1 else None
 
 
-def stand_ins(specs: list[RunSpec], store: ResultStore) -> list[dict[str, Any]]:
+def stand_ins(specs: list[RunSpec], store: ResultStore, committed: ResultStore) -> list[dict[str, Any]]:
     """``auto``'s rows as the variant's, for the cells that ``--repeats-only`` does not run."""
     unrun = [spec for spec in specs if spec.method != "noadapt" and spec.run_id not in store]
-    quiet = [(spec, quiet_auto_run(spec, store)) for spec in unrun]
+    quiet = [(spec, quiet_auto_run(spec, committed)) for spec in unrun]
     return [{**row, "run_id": spec.run_id, "spec": spec.as_dict()} for spec, row in quiet if row]
+
+
+def judged_rows(
+    grids: list[str], model: str, variants: list[RunSpec], store: ResultStore, committed: ResultStore
+) -> list[dict[str, Any]]:
+    """The rows the goals are judged on: the compared guards' from the committed store, the variants'."""
+    compared = {spec.run_id for spec in cells(grids, model, COMPARED, committed)}
+    mine = {spec.run_id for spec in variants}
+    return [row for row in committed.rows(KIND) if row["run_id"] in compared] + [
+        row for row in store.rows(KIND) if row["run_id"] in mine
+    ]
 
 
 def main() -> None:
@@ -103,25 +119,29 @@ def main() -> None:
     parser.add_argument("--model", default="convnext_nano_ln")
     parser.add_argument("--variant", action="append", required=True, help="NAME=VALUE,...; repeatable")
     parser.add_argument("--grids", type=csv_list, default=["guard_gains.yaml", "guard_falls.yaml"])
-    parser.add_argument("--db", type=Path, default=Path("runs/guard_variants.db"))
+    parser.add_argument("--db", type=Path, default=Path("runs/guard_variants.db"), help="the variants' runs")
     parser.add_argument("--committed", type=Path, default=Path("docs/results/study"))
+    parser.add_argument("--export", type=Path, help="add the variants' runs to this text store")
     parser.add_argument("--shard", default="0/1", help="I/N: run every N-th run from the I-th")
     parser.add_argument("--judge-only", action="store_true", help="run nothing, judge what is stored")
     parser.add_argument("--repeats-only", action="store_true", help="run only where auto fired twice or more")
     args = parser.parse_args()
     if args.repeats_only and any(settings_of(v).keys() - REPEAT_SETTINGS for v in args.variant):
         parser.error(f"--repeats-only takes variants of {', '.join(sorted(REPEAT_SETTINGS))} only")
+    if not args.judge_only and is_text_store(args.db):
+        parser.error(f"--db {args.db} is a committed text store: give --judge-only, or run into a .db")
     names = [variant_guard(variant) for variant in args.variant]
-    store = scratch_store(args.db, args.committed)
-    variants = cells(args.grids, args.model, names, store)
+    committed, store = open_store(args.committed), variant_store(args.db)
+    variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
-        runs = [s for s in variants if not (args.repeats_only and quiet_auto_run(s, store))]
+        runs = [s for s in variants if not (args.repeats_only and quiet_auto_run(s, committed))]
         execute(runs[first::count], store, Execution(backend="inline", stack=True))
-    wanted = {spec.run_id for spec in cells(args.grids, args.model, COMPARED, store) + variants}
-    rows = [row for row in store.rows(KIND) if row["run_id"] in wanted]
+    if args.export:
+        print(f"{write_text(store, args.export, keep_curves=lambda row: False)} new run(s) in {args.export}")
+    rows = judged_rows(args.grids, args.model, variants, store, committed)
     if args.repeats_only:
-        rows += stand_ins(variants, store)
+        rows += stand_ins(variants, store, committed)
     print(to_markdown(guard_scores(rows)), end="")
 
 
