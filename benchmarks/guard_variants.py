@@ -1,4 +1,4 @@
-"""``auto`` with other settings, on one model's cells of the guard grids, judged as the grid judges it.
+"""``auto`` with other settings, on some models' cells of the guard grids, judged as the grid judges it.
 
     PYTHONPATH=. python benchmarks/guard_variants.py --model convnext_nano_ln \
         --variant min_agreement=0.6,max_narrowing=0.3
@@ -6,10 +6,10 @@
         --grids guard_blind_spot.yaml
 
 Each ``--variant`` is ``SourceProbe`` with some of its settings changed (``NAME=VALUE`` pairs, the values
-in JSON), run as a guard of its own, ``auto[...]``, on the model's cells of the grids named (those where
-methods gain and where they fall by default), then judged with the unguarded runs, SAR's reset and
-``auto`` on the same cells of the committed store by the grid's goals (``zerosiam.bench.guard_goals``).
-Batch-1 streams run stacked, as the study ran them.
+in JSON), run as a guard of its own, ``auto[...]``, on the cells of the models named (``--model``, one or
+more, comma-separated) in the grids named (those where methods gain and where they fall by default),
+then judged with the unguarded runs, SAR's reset and ``auto`` on the same cells of the committed store by
+the grid's goals (``zerosiam.bench.guard_goals``). Batch-1 streams run stacked, as the study ran them.
 
 The variant's runs go into a store of their own (``--db``, SQLite; the study's store is never written):
 a run already there is not run again, so a stopped process goes on where it stopped, and processes may
@@ -72,11 +72,11 @@ def variant_store(path: Path) -> ResultStore:
     return ResultStore(path)
 
 
-def cells(grids: list[str], model: str, guards: list[str], store: ResultStore) -> list[RunSpec]:
-    """The grids' runs for one model and these guards, at the rates the store selected."""
+def cells(grids: list[str], models: list[str], guards: list[str], store: ResultStore) -> list[RunSpec]:
+    """The grids' runs for these models and guards, at the rates the store selected."""
     specs = []
     for name in grids:
-        grid = Grid.from_yaml(GRIDS / name).with_values({"models": [model], "guards": guards})
+        grid = Grid.from_yaml(GRIDS / name).with_values({"models": models, "guards": guards})
         specs += grid_specs(grid, store)
     return specs
 
@@ -102,10 +102,10 @@ def stand_ins(specs: list[RunSpec], store: ResultStore, committed: ResultStore) 
 
 
 def judged_rows(
-    grids: list[str], model: str, variants: list[RunSpec], store: ResultStore, committed: ResultStore
+    grids: list[str], models: list[str], variants: list[RunSpec], store: ResultStore, committed: ResultStore
 ) -> list[dict[str, Any]]:
     """The rows the goals are judged on: the compared guards' from the committed store, the variants'."""
-    compared = {spec.run_id for spec in cells(grids, model, COMPARED, committed)}
+    compared = {spec.run_id for spec in cells(grids, models, COMPARED, committed)}
     mine = {spec.run_id for spec in variants}
     return [row for row in committed.rows(KIND) if row["run_id"] in compared] + [
         row for row in store.rows(KIND) if row["run_id"] in mine
@@ -116,7 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="convnext_nano_ln")
+    parser.add_argument("--model", type=csv_list, default=["convnext_nano_ln"], help="one or more, commas")
     parser.add_argument("--variant", action="append", required=True, help="NAME=VALUE,...; repeatable")
     parser.add_argument("--grids", type=csv_list, default=["guard_gains.yaml", "guard_falls.yaml"])
     parser.add_argument("--db", type=Path, default=Path("runs/guard_variants.db"), help="the variants' runs")
