@@ -94,11 +94,13 @@ def quiet_auto_run(spec: RunSpec, committed: ResultStore) -> dict[str, Any] | No
     return row if int(row["metrics"].get("guard_triggers") or 0) <= 1 else None
 
 
-def stand_ins(specs: list[RunSpec], store: ResultStore, committed: ResultStore) -> list[dict[str, Any]]:
-    """``auto``'s rows as the variant's, for the cells that ``--repeats-only`` does not run."""
-    unrun = [spec for spec in specs if spec.method != "noadapt" and spec.run_id not in store]
-    quiet = [(spec, quiet_auto_run(spec, committed)) for spec in unrun]
-    return [{**row, "run_id": spec.run_id, "spec": spec.as_dict()} for spec, row in quiet if row]
+def stand_ins(
+    specs: list[RunSpec], quiet: dict[str, dict[str, Any]], store: ResultStore
+) -> list[dict[str, Any]]:
+    """``auto``'s rows (``quiet``, by the variant's run id) as the variant's, for the cells that
+    ``--repeats-only`` did not run."""
+    unrun = [spec for spec in specs if spec.run_id in quiet and spec.run_id not in store]
+    return [{**quiet[spec.run_id], "run_id": spec.run_id, "spec": spec.as_dict()} for spec in unrun]
 
 
 def judged_rows(
@@ -133,15 +135,16 @@ def main() -> None:
     names = [variant_guard(variant) for variant in args.variant]
     committed, store = open_store(args.committed), variant_store(args.db)
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
+    quiet = {s.run_id: row for s in variants if args.repeats_only and (row := quiet_auto_run(s, committed))}
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
-        runs = [s for s in variants if not (args.repeats_only and quiet_auto_run(s, committed))]
+        runs = [s for s in variants if s.run_id not in quiet]
         execute(runs[first::count], store, Execution(backend="inline", stack=True))
     if args.export:
         print(f"{write_text(store, args.export, keep_curves=lambda row: False)} new run(s) in {args.export}")
     rows = judged_rows(args.grids, args.model, variants, store, committed)
     if args.repeats_only:
-        rows += stand_ins(variants, store, committed)
+        rows += stand_ins(variants, quiet, store)
     print(to_markdown(guard_scores(rows)), end="")
 
 
