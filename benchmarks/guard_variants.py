@@ -18,12 +18,14 @@ share it: one variant each, or one variant split by ``--shard I/N`` (every N-th 
 curves), which ``--db`` also reads, so that a judged table can be computed again from git alone:
 
     PYTHONPATH=. python benchmarks/guard_variants.py --model resnet26_gn --variant escalate=true \
-        --repeats-only --db docs/results/guard_variants --judge-only
+        --where-auto-fired --db docs/results/guard_variants --judge-only
 
-``--repeats-only`` is for a variant that changes only what a trigger right after another does
-(``escalate``): a cell whose ``auto`` run fired at most once runs under it exactly as under ``auto``, so
-only the other cells are run, and the rest are judged on ``auto``'s runs (as ``rdumb``'s idle cells are
-judged on the unguarded runs).
+``--where-auto-fired`` (formerly ``--repeats-only``) is for a variant that changes only what ``auto`` does
+once it has fired, or fired again: ``escalate`` changes only a trigger right after another, so a cell
+whose ``auto`` run fired at most once runs under it exactly as under ``auto``; ``relative`` only lowers
+the agreement bar, so a cell where ``auto`` never fired runs under it as under ``auto``. Only the other
+cells are run, and the rest are judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the
+unguarded runs).
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ from zerosiam.parts.guards import GUARDS, SourceProbe
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
 AUTO = "auto"
-REPEAT_SETTINGS = {"escalate"}  # the settings that change only what a repeated trigger does
+# settings that change a run only where auto fired at least this often: a trigger right after another
+# (escalate), any trigger (relative: a lower agreement bar fires later or not at all, never sooner)
+FIRED_BEFORE_CHANGE = {"escalate": 2, "relative": 1}
 
 
 def settings_of(variant: str) -> dict[str, Any]:
@@ -85,20 +89,25 @@ def as_auto(spec: RunSpec) -> RunSpec:
     return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
 
 
-def quiet_auto_run(spec: RunSpec, committed: ResultStore) -> dict[str, Any] | None:
-    """``auto``'s stored run of this cell if it fired once or never, else None."""
+def fired_before_change(variants: list[str]) -> int:
+    """How often ``auto`` must have fired in a cell before these variants can run differently in it."""
+    return min(FIRED_BEFORE_CHANGE[name] for variant in variants for name in settings_of(variant))
+
+
+def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: int) -> dict[str, Any] | None:
+    """``auto``'s stored run of this cell if it fired fewer than ``fired_below`` times, else None."""
     auto = as_auto(spec).run_id
     if auto not in committed:
         return None
     row = committed.get(auto)
-    return row if int(row["metrics"].get("guard_triggers") or 0) <= 1 else None
+    return row if int(row["metrics"].get("guard_triggers") or 0) < fired_below else None
 
 
 def stand_ins(
     specs: list[RunSpec], quiet: dict[str, dict[str, Any]], store: ResultStore
 ) -> list[dict[str, Any]]:
     """``auto``'s rows (``quiet``, by the variant's run id) as the variant's, for the cells that
-    ``--repeats-only`` did not run."""
+    ``--where-auto-fired`` did not run."""
     unrun = [spec for spec in specs if spec.run_id in quiet and spec.run_id not in store]
     return [{**quiet[spec.run_id], "run_id": spec.run_id, "spec": spec.as_dict()} for spec in unrun]
 
@@ -126,16 +135,19 @@ def main() -> None:
     parser.add_argument("--export", type=Path, help="add the variants' runs to this text store")
     parser.add_argument("--shard", default="0/1", help="I/N: run every N-th run from the I-th")
     parser.add_argument("--judge-only", action="store_true", help="run nothing, judge what is stored")
-    parser.add_argument("--repeats-only", action="store_true", help="run only where auto fired twice or more")
+    where = "run only where auto's run could change"
+    parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
     args = parser.parse_args()
-    if args.repeats_only and any(settings_of(v).keys() - REPEAT_SETTINGS for v in args.variant):
-        parser.error(f"--repeats-only takes variants of {', '.join(sorted(REPEAT_SETTINGS))} only")
+    settings = {name for variant in args.variant for name in settings_of(variant)}
+    if args.where_auto_fired and settings - FIRED_BEFORE_CHANGE.keys():
+        parser.error(f"--where-auto-fired takes variants of {', '.join(sorted(FIRED_BEFORE_CHANGE))} only")
     if not args.judge_only and is_text_store(args.db):
         parser.error(f"--db {args.db} is a committed text store: give --judge-only, or run into a .db")
     names = [variant_guard(variant) for variant in args.variant]
     committed, store = open_store(args.committed), variant_store(args.db)
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
-    quiet = {s.run_id: row for s in variants if args.repeats_only and (row := quiet_auto_run(s, committed))}
+    fired_below = fired_before_change(args.variant) if args.where_auto_fired else 0
+    quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below))}
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
         runs = [s for s in variants if s.run_id not in quiet]
@@ -143,7 +155,7 @@ def main() -> None:
     if args.export:
         print(f"{write_text(store, args.export, keep_curves=lambda row: False)} new run(s) in {args.export}")
     rows = judged_rows(args.grids, args.model, variants, store, committed)
-    if args.repeats_only:
+    if args.where_auto_fired:
         rows += stand_ins(variants, quiet, store)
     print(to_markdown(guard_scores(rows)), end="")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -128,8 +129,31 @@ class _Labelled:
         pass
 
 
-def _calls(classes: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.one_hot(classes, 10).float()
+def _calls(classes: torch.Tensor, sureness: float = 1.0) -> torch.Tensor:
+    return torch.nn.functional.one_hot(classes, 10).float() * sureness
+
+
+class _Unsure(_Labelled):
+    """A source that calls each image as ``_Labelled``'s does, with a top probability of 0.6."""
+
+    def source_prediction(self, x: torch.Tensor) -> torch.Tensor:
+        return _calls(x[:, 0, 0, 0].long(), sureness=math.log(13.5))  # e^s / (e^s + 9) = 0.6
+
+
+def test_with_relative_the_agreement_bar_scales_with_the_sources_confidence():
+    def fired(probe: SourceProbe, agreeing: int) -> int:
+        """Put-backs over 64 steps of 16 images that the adapted model calls as the source on the first
+        ``agreeing`` rows and as the next class on the others (the spread stays the source's)."""
+        learner = _Unsure()
+        labels = torch.arange(16) % 10
+        called = torch.where(torch.arange(16) < agreeing, labels, (labels + 1) % 10)
+        for _ in range(64):
+            probe(learner, labels.float().view(16, 1, 1, 1).expand(16, 3, 4, 4), _calls(called), [])
+        return learner.put_back
+
+    assert fired(SourceProbe(), agreeing=11) > 0  # 0.69 of the source's calls: under 0.85
+    assert fired(SourceProbe(relative=True), agreeing=11) == 0  # over 0.85 × 0.6 = 0.51
+    assert fired(SourceProbe(relative=True), agreeing=6) > 0  # 0.38: a model leaving the source's calls
 
 
 def test_at_batch_1_a_probe_judges_16_images_gathered_since_the_last_so_one_disagreement_is_not_a_collapse():

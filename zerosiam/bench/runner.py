@@ -88,6 +88,7 @@ CURVE_KEYS = (
     "guard",
     "guard_agreement",
     "guard_narrowing",
+    "guard_confidence",
 )
 
 

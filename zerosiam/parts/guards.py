@@ -91,6 +91,7 @@ class Health:
     agreement: Tensor
     adapted_spread: Tensor
     source_spread: Tensor
+    source_confidence: Tensor
 
 
 class SourceProbe:
@@ -147,6 +148,7 @@ class SourceProbe:
         probe_images: int = 16,
         sample: int = 1,
         escalate: bool = False,
+        relative: bool = False,
     ) -> None:
         self.every = every
         self.probe_images, self.sample = probe_images, sample
@@ -157,6 +159,7 @@ class SourceProbe:
         self.ring = ring
         self.shrink = shrink
         self.escalate = escalate
+        self.relative = relative
         self.reset()
 
     def reset(self) -> None:
@@ -165,6 +168,7 @@ class SourceProbe:
         self.agreement: Tensor | None = None
         self.adapted: Tensor | None = None  # per stream, a moving class histogram
         self.source: Tensor | None = None
+        self.confidence: Tensor | None = None  # per stream, the source's moving mean top probability
         self.snapshots: list[dict[str, dict[str, Tensor]]] = []
         self.gathered: list[tuple[Tensor, Tensor]] = []  # small steps since the last probe: (images, calls)
         self.put_back: Tensor | None = None  # per stream, whether the last probe put it back
@@ -186,10 +190,15 @@ class SourceProbe:
         images, adapted = probe
         with torch.no_grad():
             source = learner.source_prediction(images)
-        health = self._follow(adapted, layout.rows(source.argmax(-1)), prediction.shape[-1])
+        confidence = layout.rows(source.softmax(-1).amax(-1))
+        health = self._follow(adapted, layout.rows(source.argmax(-1)), confidence, prediction.shape[-1])
         narrowing = health.source_spread - health.adapted_spread
-        unhealthy = (health.agreement < self.min_agreement) | (narrowing > self.max_narrowing)
-        self.signals = {"agreement": layout.value(health.agreement), "narrowing": layout.value(narrowing)}
+        unhealthy = (health.agreement < self._agreement_bar(health)) | (narrowing > self.max_narrowing)
+        self.signals = {
+            "agreement": layout.value(health.agreement),
+            "narrowing": layout.value(narrowing),
+            "confidence": layout.value(health.source_confidence),
+        }
         flags = layout.value(unhealthy)
         if bool(unhealthy.any()):
             self._put_back(learner, unhealthy)
@@ -233,12 +242,21 @@ class SourceProbe:
         self.gathered = []
         return images, calls
 
-    def _follow(self, adapted: Tensor, source: Tensor, classes: int) -> Health:
-        """Move the averages by one probe: ``adapted``, ``source`` are ``[B, n]`` predicted classes."""
+    def _agreement_bar(self, health: Health) -> Tensor | float:
+        """The agreement below which a stream is unhealthy: ``min_agreement``, or with ``relative`` that
+        share of the source's mean confidence (about how often the source is right, so about how often
+        a model that keeps the source's right calls agrees with it)."""
+        return self.min_agreement * health.source_confidence if self.relative else self.min_agreement
+
+    def _follow(self, adapted: Tensor, source: Tensor, confidence: Tensor, classes: int) -> Health:
+        """Move the averages by one probe: ``adapted``, ``source`` are ``[B, n]`` predicted classes and
+        ``confidence`` the source's top probabilities."""
         self.agreement = self._blend(self.agreement, (adapted == source).float().mean(-1))
+        self.confidence = self._blend(self.confidence, confidence.mean(-1))
         self.adapted = self._blend(self.adapted, _histogram(adapted, classes))
         self.source = self._blend(self.source, _histogram(source, classes))
-        return Health(self.agreement, probability_entropy(self.adapted), probability_entropy(self.source))
+        spreads = probability_entropy(self.adapted), probability_entropy(self.source)
+        return Health(self.agreement, *spreads, self.confidence)
 
     def _blend(self, average: Tensor | None, value: Tensor) -> Tensor:
         """One probe into a moving average; a stream whose average is NaN (restarted) takes the value."""
@@ -250,6 +268,7 @@ class SourceProbe:
         """Forget the averages of the streams put back (their next probe starts them afresh)."""
         rows = streams.view(-1, 1)
         self.agreement = torch.where(streams, torch.nan, self.agreement)
+        self.confidence = torch.where(streams, torch.nan, self.confidence)
         self.adapted = torch.where(rows, torch.nan, self.adapted)
         self.source = torch.where(rows, torch.nan, self.source)
 
@@ -259,6 +278,7 @@ class SourceProbe:
             "agreement": self.agreement,
             "adapted": self.adapted,
             "source": self.source,
+            "confidence": self.confidence,
             "snapshots": self.snapshots,
             "gathered": self.gathered,
             "put_back": self.put_back,
@@ -267,6 +287,7 @@ class SourceProbe:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps = state["steps"]
         self.agreement, self.adapted, self.source = state["agreement"], state["adapted"], state["source"]
+        self.confidence = state.get("confidence")  # checkpoints of old did not follow it
         self.snapshots = state["snapshots"]
         self.gathered = state.get("gathered", [])  # checkpoints of old gathered nothing
         self.put_back = state.get("put_back")  # nor knew what the last probe put back
