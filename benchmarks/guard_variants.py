@@ -146,8 +146,10 @@ def main() -> None:
     names = [variant_guard(variant) for variant in args.variant]
     committed, store = open_store(args.committed), variant_store(args.db)
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
-    fired_below = fired_before_change(args.variant) if args.where_auto_fired else 0
-    quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below))}
+    quiet = {}  # the cells judged on auto's runs: by the variant's run id, auto's row
+    if args.where_auto_fired:
+        fired_below = fired_before_change(args.variant)
+        quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below))}
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
         runs = [s for s in variants if s.run_id not in quiet]
