@@ -89,9 +89,10 @@ def as_auto(spec: RunSpec) -> RunSpec:
     return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
 
 
-def fired_before_change(variants: list[str]) -> int:
-    """How often ``auto`` must have fired in a cell before these variants can run differently in it."""
-    return min(FIRED_BEFORE_CHANGE[name] for variant in variants for name in settings_of(variant))
+def fired_before_change(settings: set[str]) -> int:
+    """How often ``auto`` must have fired in a cell before variants of these settings can run differently
+    in it."""
+    return min(FIRED_BEFORE_CHANGE[name] for name in settings)
 
 
 def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: int) -> dict[str, Any] | None:
@@ -148,7 +149,7 @@ def main() -> None:
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
     quiet = {}  # the cells judged on auto's runs: by the variant's run id, auto's row
     if args.where_auto_fired:
-        fired_below = fired_before_change(args.variant)
+        fired_below = fired_before_change(settings)
         quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below))}
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
