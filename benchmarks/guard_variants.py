@@ -14,8 +14,10 @@ the grid's goals (``zerosiam.bench.guard_goals``). Batch-1 streams run stacked, 
 The variant's runs go into a store of their own (``--db``, SQLite; the study's store is never written):
 a run already there is not run again, so a stopped process goes on where it stopped, and processes may
 share it: one variant each, or one variant split by ``--shard I/N`` (every N-th run from the I-th).
-``--export FOLDER`` adds them to a committed text store (``docs/results/guard_variants``, without
-curves), which ``--db`` also reads, so that a judged table can be computed again from git alone:
+``--export FOLDER`` adds them to a committed text store (``docs/results/guard_variants``, with only the
+curves the study's store keeps, ``study_export.drawn``, so that a variant's run can stand in for
+``auto``'s there, figures and all), which ``--db`` also reads, so that a judged table can be computed
+again from git alone:
 
     PYTHONPATH=. python benchmarks/guard_variants.py --model resnet26_gn --variant escalate=true \
         --where-auto-fired --db docs/results/guard_variants --judge-only
@@ -35,6 +37,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.study_export import drawn
 from zerosiam.bench.execution import execute
 from zerosiam.bench.grid import Grid
 from zerosiam.bench.guard_goals import guard_scores, to_markdown
@@ -156,7 +159,8 @@ def main() -> None:
         runs = [s for s in variants if s.run_id not in quiet]
         execute(runs[first::count], store, Execution(backend="inline", stack=True))
     if args.export:
-        print(f"{write_text(store, args.export, keep_curves=lambda row: False)} new run(s) in {args.export}")
+        new = write_text(store, args.export, keep_curves=lambda row: drawn(row["spec"]))
+        print(f"{new} new run(s) in {args.export}")
     rows = judged_rows(args.grids, args.model, variants, store, committed)
     if args.where_auto_fired:
         rows += stand_ins(variants, quiet, store)
