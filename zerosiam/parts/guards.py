@@ -132,7 +132,7 @@ class SourceProbe:
     ResNet-26's blind spots it left none of their 24 cells more than a point below not adapting (11 and 6
     without it); over the three models' falls, gains and noise prefix 27 of 258 cells (34 without it, the
     largest shortfall 3.7 points against 7.8), keeping 52 % of the gains against 58 % (``docs/guard.md``).
-    Off by default: every stored ``auto`` run was made without it, and its blind-spot reruns are to come.
+    Off by default: every stored ``auto`` run was made without it.
 
     With ``relative``, the agreement bar is ``min_agreement`` times the source's mean confidence on the
     probe images (its top probability, followed like the agreement): how often a model that keeps the
