@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/guard_variants.py --model convnext_nano_ln \
         --variant min_agreement=0.6,max_narrowing=0.3
-    PYTHONPATH=. python benchmarks/guard_variants.py --model convnext_nano_ln --variant escalate=true \
+    PYTHONPATH=. python benchmarks/guard_variants.py --model convnext_nano_ln --variant escalate=false \
         --grids guard_blind_spot.yaml
 
 Each ``--variant`` is ``SourceProbe`` with some of its settings changed (``NAME=VALUE`` pairs, the values
@@ -19,21 +19,29 @@ curves the study's store keeps, ``study_export.drawn``, so that a variant's run 
 ``auto``'s there, figures and all), which ``--db`` also reads, so that a judged table can be computed
 again from git alone:
 
-    PYTHONPATH=. python benchmarks/guard_variants.py --model resnet26_gn --variant escalate=true \
-        --where-auto-fired --db docs/results/guard_variants --judge-only
+    PYTHONPATH=. python benchmarks/guard_variants.py --model resnet26_gn \
+        --variant relative=false,escalate=false --db docs/results/guard_variants --judge-only
 
 ``--where-auto-fired`` (formerly ``--repeats-only``) is for a variant that changes only what ``auto`` does
-once it has fired, or fired again: ``escalate`` changes only a trigger right after another, so a cell
-whose ``auto`` run fired at most once runs under it exactly as under ``auto``; ``relative`` only lowers
-the agreement bar, so a cell where ``auto`` never fired runs under it as under ``auto``. Only the other
-cells are run, and the rest are judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the
-unguarded runs).
+once it has fired again: ``escalate=false`` changes only a trigger right after another, so a cell whose
+``auto`` run fired at most once runs under it exactly as under ``auto``. Only the other cells are run,
+and the rest are judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the unguarded runs).
+``relative=false`` raises the agreement bar, so it may fire where ``auto`` never did: it runs everywhere.
+
+Until 2026-12-05 ``auto`` ran with ``relative`` and ``escalate`` off; its runs of that time are in
+``docs/results/guard_variants`` as ``auto[relative=false,escalate=false]``, and the variants run then
+are named there with both settings, so that each name still says what ran. Where a variant of that time
+was judged on ``auto``'s runs (``escalate=true``'s cells where ``auto`` fired at most once), those runs
+are stored under its name too, so that every judged table of ``docs/guard.md`` is computed again by
+``--judge-only`` alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +60,10 @@ from zerosiam.parts.guards import GUARDS, SourceProbe
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
 AUTO = "auto"
-# settings that change a run only where auto fired at least this often: a trigger right after another
-# (escalate), any trigger (relative: a lower agreement bar fires later or not at all, never sooner)
-FIRED_BEFORE_CHANGE = {"escalate": 2, "relative": 1}
+# settings that, changed from auto's, change a run only where auto fired at least this often: escalate
+# (what follows a trigger right after another)
+FIRED_BEFORE_CHANGE = {"escalate": 2}
+DEFAULTS = {name: p.default for name, p in inspect.signature(SourceProbe).parameters.items()}
 
 
 def settings_of(variant: str) -> dict[str, Any]:
@@ -92,13 +101,18 @@ def as_auto(spec: RunSpec) -> RunSpec:
     return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
 
 
-def fired_before_change(settings: set[str]) -> int:
-    """How often ``auto`` must have fired in a cell before variants of these settings can run differently
-    in it."""
-    return min(FIRED_BEFORE_CHANGE[name] for name in settings)
+def changed(variant: str) -> set[str]:
+    """The settings that ``variant`` sets to other values than ``auto``'s."""
+    return {name for name, value in settings_of(variant).items() if value != DEFAULTS[name]}
 
 
-def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: int) -> dict[str, Any] | None:
+def fired_before_change(settings: set[str]) -> float:
+    """How often ``auto`` must have fired in a cell before variants changing these settings can run
+    differently in it (never, when they change none)."""
+    return min((FIRED_BEFORE_CHANGE[name] for name in settings), default=math.inf)
+
+
+def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: float) -> dict[str, Any] | None:
     """``auto``'s stored run of this cell if it fired fewer than ``fired_below`` times, else None."""
     auto = as_auto(spec).run_id
     if auto not in committed:
@@ -142,7 +156,7 @@ def main() -> None:
     where = "run only where auto's run could change"
     parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
     args = parser.parse_args()
-    settings = {name for variant in args.variant for name in settings_of(variant)}
+    settings = {name for variant in args.variant for name in changed(variant)}
     if args.where_auto_fired and settings - FIRED_BEFORE_CHANGE.keys():
         parser.error(f"--where-auto-fired takes variants of {', '.join(sorted(FIRED_BEFORE_CHANGE))} only")
     if not args.judge_only and is_text_store(args.db):

@@ -16,6 +16,8 @@ from zerosiam.parts.guards import GUARDS, OnRecovery, Periodic, SourceProbe, gua
 from zerosiam.parts.layout import layout_for
 from zerosiam.parts.recovery import ema_below
 
+FIRST_SETTINGS = {"relative": False, "escalate": False}  # auto as first built: a fixed bar, snapshots only
+
 
 def _batches(steps: int, n: int = 8, streams: int = 1, seed: int = 0) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
@@ -63,7 +65,9 @@ def test_the_probe_guard_rolls_a_collapsing_stream_back_and_leaves_a_healthy_one
 
 
 def test_a_probe_puts_a_warm_up_collapse_back_to_the_source_and_a_later_one_to_its_oldest_snapshot():
-    probe = SourceProbe(every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2, probe_images=8)
+    probe = SourceProbe(
+        every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2, probe_images=8, **FIRST_SETTINGS
+    )
     adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=1.0, guard=probe)  # fires at step 6, 14 and 16
     guard = adapter.recipe.guard  # the adapter's own copy
     source = adapter.snapshot()
@@ -82,8 +86,8 @@ def test_a_probe_puts_a_warm_up_collapse_back_to_the_source_and_a_later_one_to_i
 
 def test_with_escalate_a_stream_unhealthy_again_right_after_a_roll_back_goes_back_to_the_source():
     probe = SourceProbe(
-        every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2, probe_images=8, escalate=True
-    )
+        every=2, min_agreement=0.9, ring=2, warmup=8, warmup_every=2, probe_images=8, relative=False
+    )  # escalate, the default
     adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=1.0, guard=probe)  # fires at 6, 14 and 16
     guard = adapter.recipe.guard
     source = adapter.snapshot()["params"]
@@ -151,9 +155,9 @@ def test_with_relative_the_agreement_bar_scales_with_the_sources_confidence():
             probe(learner, labels.float().view(16, 1, 1, 1).expand(16, 3, 4, 4), _calls(called), [])
         return learner.put_back
 
-    assert fired(SourceProbe(), agreeing=11) > 0  # 0.69 of the source's calls: under 0.85
-    assert fired(SourceProbe(relative=True), agreeing=11) == 0  # over 0.85 × 0.6 = 0.51
-    assert fired(SourceProbe(relative=True), agreeing=6) > 0  # 0.38: a model leaving the source's calls
+    assert fired(SourceProbe(relative=False), agreeing=11) > 0  # 0.69 of the source's calls: under 0.85
+    assert fired(SourceProbe(), agreeing=11) == 0  # relative, the default: over 0.85 × 0.6 = 0.51
+    assert fired(SourceProbe(), agreeing=6) > 0  # 0.38: a model leaving the source's calls
 
 
 def test_at_batch_1_a_probe_judges_16_images_gathered_since_the_last_so_one_disagreement_is_not_a_collapse():
@@ -170,7 +174,7 @@ def test_at_batch_1_a_probe_judges_16_images_gathered_since_the_last_so_one_disa
     assert every_image.put_back == 0 and every_image.probed == [16] * 18  # steps 16, 32, …, 288
     sampled = run(SourceProbe(sample=8))  # one step in 8: steps 8, …, 128 make a probe, 136 … 256 the next
     assert sampled.put_back == 0 and sampled.probed == [16, 16]
-    alone = run(SourceProbe(probe_images=1))  # one image a probe, every probe: the old reading of batch 1
+    alone = run(SourceProbe(probe_images=1, relative=False))  # one image a probe: the old reading of batch 1
     assert alone.put_back == 1 and alone.probed == [1] * 24  # steps 4-32 every 4, then 48-288 every 16
 
 

@@ -14,7 +14,7 @@ guard="auto")``), and every trigger is recorded in the step's diagnostics (``gua
   agree, and how spread the adapted model's predictions are against the source's (a class-ordered stream
   has a narrow marginal for both; a collapse narrows only the adapted model's). While both are healthy it
   keeps a snapshot of the adapted weights; when one is not, it rolls the stream back to the snapshot
-  before the unhealthy window.
+  before the unhealthy window, or to the source if the stream was rolled back at the probe before.
 """
 
 from __future__ import annotations
@@ -121,33 +121,28 @@ class SourceProbe:
     any probe whose image the adapted model called differently from the source. Judging every image (the
     default) costs a batch-1 step on a CPU a quarter more (a source forward for each forward and
     backward); ``sample=8`` costs 5 % but judges a stream every 128 steps instead of 16, and on the
-    ResNet-26's blind spot left 11 of 24 cells more than a point below not adapting, against 6
-    (``docs/efficiency.md``, ``docs/guard.md``).
+    ResNet-26's blind spot left 11 of 24 cells more than a point below not adapting, against 6 (both with
+    the first settings below; ``docs/efficiency.md``, ``docs/guard.md``).
 
-    With ``escalate``, a stream found unhealthy again at the probe right after it was rolled back goes
-    back to the source instead: the snapshot it was rolled back to was already inside the trouble, and
-    rolling a stream that has moved far from the source back to a snapshot as far away only slows it
-    (on the ConvNeXt's blind spot 567 of ``auto``'s 1,060 triggers came at the probe right after another;
-    DeYO's fog fired 285 times and ended 10 points below not adapting). On the ConvNeXt's and the
-    ResNet-26's blind spots it left none of their 24 cells more than a point below not adapting (11 and 6
-    without it); over the three models' falls, gains and noise prefix 27 of 258 cells (34 without it, the
-    largest shortfall 3.7 points against 7.8), keeping 52 % of the gains against 58 % (``docs/guard.md``).
-    Off by default: every stored ``auto`` run was made without it.
+    With ``escalate`` (the default since 2026-12-05), a stream found unhealthy again at the probe right
+    after it was rolled back goes back to the source instead: the snapshot it was rolled back to was
+    already inside the trouble, and rolling a stream that has moved far from the source back to a snapshot
+    as far away only slows it (on the ConvNeXt's blind spot 567 of the first settings' 1,060 triggers came
+    at the probe right after another; DeYO's fog fired 285 times and ended 10 points below not adapting).
 
-    With ``relative``, the agreement bar is ``min_agreement`` times the source's mean confidence on the
-    probe images (its top probability, followed like the agreement): how often a model that keeps the
-    source's right calls agrees with it depends on how often the source is right, and a model that gains
-    on fog, where the ConvNeXt's source is right on 45 % of the images, parts from more than 15 % of its
-    calls. Under shift the confidence overstates the accuracy (0.77–0.81 there), so the bar falls less
-    than the accuracy does. Over the three models' falls, gains and noise prefix it kept 82 % of the gains
-    (``auto`` 58 %) and fired on 0.27 mild batches in 100 (0.45), but left 39 of 258 cells more than a
-    point below not adapting (34): fewer on the ConvNeXt (17 against 19), more on the ViT (8 against 7)
-    and the ResNet-26 (14 against 8), where a lower bar catches a collapse later (``docs/guard.md``).
-    With ``escalate`` too, the repeats that a lower bar lets through go to the source: 32 of the 258
-    cells lost, none by more than 3.7 points, 80 % of the gains kept; on the ResNet-26's and the
-    ConvNeXt's blind spots none of their 48 cells (``auto`` 17), keeping 4 % of their gains (``auto``
-    −7 %: ZeroSiam's on the ConvNeXt, taken by the narrowing); the ViT's mixed stream 57.8 after 2
-    triggers (``auto`` 58.3 after 59). Off by default: the study's stored ``auto`` runs are without it.
+    With ``relative`` (the default since 2026-12-05), the agreement bar is ``min_agreement`` times the
+    source's mean confidence on the probe images (its top probability, followed like the agreement): how
+    often a model that keeps the source's right calls agrees with it depends on how often the source is
+    right, and a model that gains on fog, where the ConvNeXt's source is right on 45 % of the images,
+    parts from more than 15 % of its calls. Under shift the confidence overstates the accuracy (0.77–0.81
+    there), so the bar falls less than the accuracy does. A lower bar fires later or not at all, so a
+    stream on which the fixed bar never fired runs as it did.
+
+    Until then ``auto`` ran with both off (its runs kept as ``auto[relative=false,escalate=false]``).
+    Over the 307 cells of the guard grid where ``auto`` is run, both on leave 32 cells more than a point
+    below not adapting against 51 and keep 72 % of the gains against 51 %, firing on 0.22 of 100 mild
+    batches against 0.45; they lose more on the ResNet-26 (11 of its 86 falls, gains and noise-prefix
+    cells against 8), where a lower bar catches a collapse later (``docs/guard.md``).
     """
 
     def __init__(
@@ -162,8 +157,8 @@ class SourceProbe:
         warmup_every: int = 4,
         probe_images: int = 16,
         sample: int = 1,
-        escalate: bool = False,
-        relative: bool = False,
+        escalate: bool = True,
+        relative: bool = True,
     ) -> None:
         self.every = every
         self.probe_images, self.sample = probe_images, sample
