@@ -12,7 +12,7 @@ import zerosiam
 from tests.toys import norm_params, tiny
 from zerosiam.bench.runner import RunSpec
 from zerosiam.methods import Adapter, Frozen
-from zerosiam.parts.guards import GUARDS, OnRecovery, Periodic, SourceProbe, guard_named
+from zerosiam.parts.guards import GUARDS, OnRecovery, Periodic, SourceProbe, guard_named, triggers_by_bar
 from zerosiam.parts.layout import layout_for
 from zerosiam.parts.recovery import ema_below
 
@@ -60,6 +60,9 @@ def test_the_probe_guard_rolls_a_collapsing_stream_back_and_leaves_a_healthy_one
         collapsing(x)
         steady(x)
     assert _fired(collapsing) and not _fired(steady)  # lr 0: the adapted model is the source
+    counted = triggers_by_bar(collapsing.history)
+    assert len(_fired(collapsing)) <= sum(counted.values()) <= 2 * len(_fired(collapsing))
+    assert triggers_by_bar(steady.history) == dict.fromkeys(counted, 0)
     step = _fired(collapsing)[0]
     assert step % 2 == 1  # only at probes (every second step)
 
@@ -158,6 +161,26 @@ def test_with_relative_the_agreement_bar_scales_with_the_sources_confidence():
     assert fired(SourceProbe(relative=False), agreeing=11) > 0  # 0.69 of the source's calls: under 0.85
     assert fired(SourceProbe(), agreeing=11) == 0  # relative, the default: over 0.85 × 0.6 = 0.51
     assert fired(SourceProbe(), agreeing=6) > 0  # 0.38: a model leaving the source's calls
+
+
+def test_a_probe_records_which_bar_each_trigger_crossed():
+    def crossed(called: torch.Tensor) -> dict[str, bool]:
+        """The first probe's (step 4, a warm-up probe) causes, the adapted model calling 16 images of
+        classes 0-9, 0-5 as ``called`` and the source calling them right, sure at 0.6 (a bar of 0.51)."""
+        probe, labels = SourceProbe(), torch.arange(16) % 10
+        x = labels.float().view(16, 1, 1, 1).expand(16, 3, 4, 4)
+        for _ in range(4):
+            fired = probe(_Unsure(), x, _calls(called), [])
+        causes = {name: bool(probe.signals[name]) for name in ("below_agreement", "narrowed")}
+        assert bool(fired) == any(causes.values())
+        return causes
+
+    labels = torch.arange(16) % 10
+    narrower = torch.where(labels == 9, 8, labels)  # 15 of 16 agree, nine classes called of ten: 0.09 nats
+    assert crossed(narrower) == {"below_agreement": False, "narrowed": True}
+    shifted = torch.where(torch.arange(16) < 6, labels, (labels + 1) % 10)  # 6 of 16 agree: 0.38
+    assert crossed(shifted)["below_agreement"]
+    assert crossed(labels) == {"below_agreement": False, "narrowed": False}
 
 
 def test_at_batch_1_a_probe_judges_16_images_gathered_since_the_last_so_one_disagreement_is_not_a_collapse():

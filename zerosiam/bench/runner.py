@@ -47,6 +47,7 @@ from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
 from zerosiam.methods.speed import Speed
+from zerosiam.parts.guards import triggers_by_bar
 from zerosiam.parts.precision import forward_precision
 from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
@@ -338,6 +339,7 @@ def _metrics(
         "guard_triggers": sum(bool(row.get("guard")) for row in history),
         "peak_rss_mb": peak_mb(),
     }
+    metrics.update(triggers_by_bar(history))
     if device.type == "cuda":
         metrics["peak_gpu_mb"] = peak_gpu_mb(device)
     if len(stream.domains) > 1:

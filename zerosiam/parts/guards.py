@@ -203,11 +203,14 @@ class SourceProbe:
         confidence = layout.rows(source.softmax(-1).amax(-1))
         health = self._follow(adapted, layout.rows(source.argmax(-1)), confidence, prediction.shape[-1])
         narrowing = health.source_spread - health.adapted_spread
-        unhealthy = (health.agreement < self._agreement_bar(health)) | (narrowing > self.max_narrowing)
+        parted, narrowed = health.agreement < self._agreement_bar(health), narrowing > self.max_narrowing
+        unhealthy = parted | narrowed
         self.signals = {
             "agreement": layout.value(health.agreement),
             "narrowing": layout.value(narrowing),
             "confidence": layout.value(health.source_confidence),
+            "below_agreement": layout.value(parted),  # which bar a trigger crossed: both may
+            "narrowed": layout.value(narrowed),
         }
         flags = layout.value(unhealthy)
         if bool(unhealthy.any()):
@@ -301,6 +304,18 @@ class SourceProbe:
         self.snapshots = state["snapshots"]
         self.gathered = state.get("gathered", [])  # checkpoints of old gathered nothing
         self.put_back = state.get("put_back")  # nor knew what the last probe put back
+
+
+def triggers_by_bar(history: list[dict[str, Any]]) -> dict[str, int]:
+    """A run's ``auto`` triggers counted by the bar each crossed, for its metrics (a probe may cross both):
+    which bar decides what the guard takes is a question of the run, not only of its per-step curves.
+    Empty when no step of ``history`` (one stream's step records) recorded a probe."""
+    if not any("guard_narrowed" in row for row in history):
+        return {}
+    return {
+        "guard_triggers_on_agreement": sum(bool(row.get("guard_below_agreement")) for row in history),
+        "guard_triggers_on_narrowing": sum(bool(row.get("guard_narrowed")) for row in history),
+    }
 
 
 def _histogram(classes: Tensor, count: int) -> Tensor:
