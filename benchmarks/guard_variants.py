@@ -22,11 +22,13 @@ again from git alone:
     PYTHONPATH=. python benchmarks/guard_variants.py --model resnet26_gn \
         --variant relative=false,escalate=false --db docs/results/guard_variants --judge-only
 
-``--where-auto-fired`` (formerly ``--repeats-only``) is for a variant that changes only what ``auto`` does
-once it has fired again: ``escalate=false`` changes only a trigger right after another, so a cell whose
-``auto`` run fired at most once runs under it exactly as under ``auto``. Only the other cells are run,
-and the rest are judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the unguarded runs).
-``relative=false`` raises the agreement bar, so it may fire where ``auto`` never did: it runs everywhere.
+``--where-auto-fired`` (formerly ``--repeats-only``) is for a variant that can change a run only where
+``auto`` fired: ``escalate=false`` changes only a trigger right after another, so a cell whose ``auto`` run
+fired at most once runs under it exactly as under ``auto``; a looser bar (a lower ``min_agreement``, a
+higher ``max_narrowing``) fires later or not at all, so a cell where ``auto`` never fired runs under it as
+under ``auto``. Only the other cells are run, and the rest are judged on ``auto``'s runs (as ``rdumb``'s
+idle cells are judged on the unguarded runs). A stricter bar, or ``relative=false`` (a higher agreement
+bar), may fire where ``auto`` never did: it runs everywhere.
 
 Until 2026-12-05 ``auto`` ran with ``relative`` and ``escalate`` off; its runs of that time are in
 ``docs/results/guard_variants`` as ``auto[relative=false,escalate=false]``, and the variants run then
@@ -60,10 +62,8 @@ from zerosiam.parts.guards import GUARDS, SourceProbe
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
 AUTO = "auto"
-# settings that, changed from auto's, change a run only where auto fired at least this often: escalate
-# (what follows a trigger right after another)
-FIRED_BEFORE_CHANGE = {"escalate": 2}
 DEFAULTS = {name: p.default for name, p in inspect.signature(SourceProbe).parameters.items()}
+LOOSER = {"min_agreement": -1, "max_narrowing": +1}  # the direction in which a bar lets more through
 
 
 def settings_of(variant: str) -> dict[str, Any]:
@@ -101,15 +101,18 @@ def as_auto(spec: RunSpec) -> RunSpec:
     return RunSpec.from_dict({**spec.as_dict(), "guard": AUTO})
 
 
-def changed(variant: str) -> set[str]:
-    """The settings that ``variant`` sets to other values than ``auto``'s."""
-    return {name for name, value in settings_of(variant).items() if value != DEFAULTS[name]}
-
-
-def fired_before_change(settings: set[str]) -> float:
-    """How often ``auto`` must have fired in a cell before variants changing these settings can run
-    differently in it (never, when they change none)."""
-    return min((FIRED_BEFORE_CHANGE[name] for name in settings), default=math.inf)
+def fired_before_change(name: str, value: Any) -> float | None:
+    """How often ``auto`` must have fired in a cell before setting ``name`` to ``value`` can change its run
+    there (never, at ``auto``'s own value), or None if it can change any run: ``escalate`` acts only on a
+    trigger right after another; a looser bar fires later than ``auto``'s or not at all, so not where
+    ``auto`` never fired; a stricter bar, or ``relative=false`` (a higher agreement bar), anywhere."""
+    if value == DEFAULTS[name]:
+        return math.inf
+    if name == "escalate":
+        return 2
+    if name in LOOSER and (value - DEFAULTS[name]) * LOOSER[name] > 0:
+        return 1
+    return None
 
 
 def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: float) -> dict[str, Any] | None:
@@ -133,8 +136,10 @@ def stand_ins(
 def judged_rows(
     grids: list[str], models: list[str], variants: list[RunSpec], store: ResultStore, committed: ResultStore
 ) -> list[dict[str, Any]]:
-    """The rows the goals are judged on: the compared guards' from the committed store, the variants'."""
-    compared = {spec.run_id for spec in cells(grids, models, COMPARED, committed)}
+    """The rows the goals are judged on: the compared guards' from the committed store, of the variants'
+    methods and NoAdapt, and the variants'."""
+    methods = {spec.method for spec in variants} | {"noadapt"}
+    compared = {spec.run_id for spec in cells(grids, models, COMPARED, committed) if spec.method in methods}
     mine = {spec.run_id for spec in variants}
     return [row for row in committed.rows(KIND) if row["run_id"] in compared] + [
         row for row in store.rows(KIND) if row["run_id"] in mine
@@ -146,6 +151,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", type=csv_list, default=["convnext_nano_ln"], help="one or more, commas")
+    parser.add_argument("--methods", type=csv_list, help="only these of the grids' methods, commas")
     parser.add_argument("--variant", action="append", required=True, help="NAME=VALUE,...; repeatable")
     parser.add_argument("--grids", type=csv_list, default=["guard_gains.yaml", "guard_falls.yaml"])
     parser.add_argument("--db", type=Path, default=Path("runs/guard_variants.db"), help="the variants' runs")
@@ -156,17 +162,18 @@ def main() -> None:
     where = "run only where auto's run could change"
     parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
     args = parser.parse_args()
-    settings = {name for variant in args.variant for name in changed(variant)}
-    if args.where_auto_fired and settings - FIRED_BEFORE_CHANGE.keys():
-        parser.error(f"--where-auto-fired takes variants of {', '.join(sorted(FIRED_BEFORE_CHANGE))} only")
+    fired = [fired_before_change(*pair) for variant in args.variant for pair in settings_of(variant).items()]
+    if args.where_auto_fired and None in fired:
+        parser.error("--where-auto-fired takes only escalate, a lower min_agreement, a higher max_narrowing")
     if not args.judge_only and is_text_store(args.db):
         parser.error(f"--db {args.db} is a committed text store: give --judge-only, or run into a .db")
     names = [variant_guard(variant) for variant in args.variant]
     committed, store = open_store(args.committed), variant_store(args.db)
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
+    variants = [spec for spec in variants if not args.methods or spec.method in args.methods]
     quiet = {}  # the cells judged on auto's runs: by the variant's run id, auto's row
     if args.where_auto_fired:
-        fired_below = fired_before_change(settings)
+        fired_below = min(fired, default=math.inf)
         quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below))}
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
