@@ -11,8 +11,11 @@ the two models agree on all of them (``auto``'s first signal) and on the half th
 of (a candidate: a model that gains should change the source's doubtful calls, not its sure ones), how
 often the adapted call is among the source's 2 and 3 most probable classes (a candidate: a gain should
 move a call to a class the source found likely too, a collapse anywhere), how much narrower the adapted
-class histogram is than the source's (``auto``'s second signal), and both models' mean entropy. A signal
-is of use to a guard where it parts the windows that lose from those that gain.
+class histogram is than the source's (``auto``'s second signal), both models' mean entropy, and two logit
+trends: the adapted model's mean logit norm and mean margin between its two largest logits, each as a
+share of the source's on the same images (entropy minimization sharpens a model by growing its logits; a
+collapse may grow them further than a gain does). A signal is of use to a guard where it parts the
+windows that lose from those that gain.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ TOPS = (2, 3)  # the source's k most probable classes an adapted call may fall a
 
 
 class Watch:
-    """A guard that never fires: it keeps the source's and the adapted model's probabilities every
+    """A guard that never fires: it keeps the source's and the adapted model's logits every
     ``PROBE_EVERY`` steps."""
 
     def __init__(self) -> None:
@@ -51,7 +54,7 @@ class Watch:
         if self.steps % PROBE_EVERY == 0:
             with torch.no_grad():
                 source = learner.source_prediction(x)
-            self.probes.append((self.steps, source.softmax(-1).cpu(), prediction.softmax(-1).cpu()))
+            self.probes.append((self.steps, source.detach().cpu(), prediction.detach().cpu()))
         return learner.layout.all_streams(prediction.device) & False
 
     def reset(self) -> None:
@@ -87,9 +90,11 @@ def entropy(classes: Tensor, count: int) -> float:
 
 
 def window_row(probes: list[tuple[int, Tensor, Tensor]], labels: list[Tensor]) -> str:
-    """One window's line: accuracies, agreement on all and on the source's surer half, narrowing."""
-    source = torch.cat([s for _, s, _ in probes])
-    adapted = torch.cat([a for _, _, a in probes])
+    """One window's line: accuracies, agreement on all and on the source's surer half, narrowing,
+    entropies, logit trends."""
+    source_logits = torch.cat([s for _, s, _ in probes])
+    adapted_logits = torch.cat([a for _, _, a in probes])
+    source, adapted = source_logits.softmax(-1), adapted_logits.softmax(-1)
     y = torch.cat(labels)
     said, changed = source.argmax(-1), adapted.argmax(-1)
     confidence = source.max(-1).values
@@ -98,12 +103,20 @@ def window_row(probes: list[tuple[int, Tensor, Tensor]], labels: list[Tensor]) -
     plausible = [float(in_top(source, changed, k).float().mean()) for k in TOPS]
     narrowing = entropy(said, source.shape[-1]) - entropy(changed, source.shape[-1])
     source_entropy, adapted_entropy = (float(probability_entropy(p).mean()) for p in (source, adapted))
+    norm = float(adapted_logits.norm(dim=-1).mean() / source_logits.norm(dim=-1).mean())
+    margin = float(top_margin(adapted_logits).mean() / top_margin(source_logits).mean())
     return (
         f"| {probes[0][0]}–{probes[-1][0]} | {100 * float((said == y).float().mean()):.1f} "
         f"| {100 * float((changed == y).float().mean()):.1f} | {float(agree.float().mean()):.2f} "
         f"| {float(agree[sure].float().mean()):.2f} | {' | '.join(f'{p:.2f}' for p in plausible)} "
-        f"| {narrowing:+.2f} | {source_entropy:.2f} | {adapted_entropy:.2f} |"
+        f"| {narrowing:+.2f} | {source_entropy:.2f} | {adapted_entropy:.2f} | {norm:.2f} | {margin:.2f} |"
     )
+
+
+def top_margin(logits: Tensor) -> Tensor:
+    """Each row's largest logit less its second: how sure a model is of its call, in logit units."""
+    top = logits.topk(2, -1).values
+    return top[:, 0] - top[:, 1]
 
 
 def in_top(probabilities: Tensor, classes: Tensor, k: int) -> Tensor:
@@ -129,8 +142,9 @@ def main() -> None:
               f"accuracy {100 * accuracy:.1f}")  # fmt: skip
         tops = " | ".join(f"in the source's top {k}" for k in TOPS)
         print(f"| steps | source acc. | adapted acc. | agreement | on the source's surer half | {tops} "
-              "| narrowing | source entropy | adapted entropy |")  # fmt: skip
-        print("| --- |" + " ---: |" * (7 + len(TOPS)))
+              "| narrowing | source entropy | adapted entropy | logit norm, adapted ÷ source "
+              "| top-2 logit margin, adapted ÷ source |")  # fmt: skip
+        print("| --- |" + " ---: |" * (9 + len(TOPS)))
         for start in range(0, len(probes), WINDOW):
             print(window_row(probes[start : start + WINDOW], labels[start : start + WINDOW]))
 
