@@ -12,12 +12,15 @@ triggers column is how often the guard fired in that counted run: a stream put b
 slowed) does more work after it than a probe alone, so a guard that fires is not timed against the same
 work. The memory column is what the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the
 trainable weights, in copies of them (the adapter's own source copy is there with or without a guard).
+Then, per method, where the batch-1 probe's cost goes: the steps of the cycle between two probes, timed
+one by one, and one source forward of the probe's images timed alone.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable
 
 import torch
@@ -85,6 +88,70 @@ def triggers(adapter: zerosiam.Adapter) -> int:
     return sum(bool(row.get("guard")) for row in adapter.history)
 
 
+def step_times(model_name: str, method: str, stream: list, device, guard) -> list[float]:
+    """Each step's wall time after a warm-up step (``stream[0]``), in seconds."""
+    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
+    adapter(stream[0])
+    times = []
+    for x in stream[1:]:
+        start = time.perf_counter()
+        adapter(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def source_forward_seconds(model_name: str, method: str, images, device, repeats: int) -> float:
+    """The median time of one forward of ``images`` at the source weights, as a probe makes it."""
+    adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method)
+    adapter(images[:1])
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        adapter.source_prediction(images)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def print_breakdown(args, method: str, singles: list, device) -> None:
+    """Where a batch-1 probe's cost goes: ``auto`` probing only (every image judged, 16 at a time) step
+    by step against the unguarded steps, by place in the cycle between two probes (the median of each
+    place over the stream and the repeats, so a stray slow step weighs nothing), beside one source
+    forward of the probe's images timed alone: the least a probe that judges every image can cost."""
+    cycle = SourceProbe().probe_images  # one image a step: a probe every this many steps
+    timed: dict[str, list[list[float]]] = {"none": [], "auto, probing only": []}
+    for _ in range(args.repeats):
+        for name in timed:
+            timed[name].append(step_times(args.model, method, singles, device, made(VARIANTS[name])))
+    # step k of the stream probes when k % cycle == 0; the warm-up is step 1, so times[i] is step i + 2
+    by_place = {
+        name: [
+            1000
+            * statistics.median(t for times in runs for i, t in enumerate(times) if (i + 2) % cycle == place)
+            for place in range(cycle)
+        ]
+        for name, runs in timed.items()
+    }
+    rows = {"the probing step": [0], "each of the 3 after it": [1, 2, 3], f"each of the other {cycle - 4}":
+            list(range(4, cycle)), "a step on average over the cycle": list(range(cycle))}  # fmt: skip
+    print(f"\n| {method}, batch 1, the {cycle}-step cycle | none ms | probing only ms | extra ms |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, places in rows.items():
+        plain, probed = (statistics.mean(by_place[name][p] for p in places) for name in timed)
+        print(f"| {label} | {plain:.2f} | {probed:.2f} | {probed - plain:+.2f} |")
+    plain, probed = (statistics.mean(by_place[name]) for name in timed)
+    forward = 1000 * source_forward_seconds(
+        args.model, method, torch.cat(singles[:cycle]), device, args.repeats
+    )
+    print(
+        f"\nProbing only ÷ none over the cycle: {probed / plain:.3f}. One source forward of {cycle} images "
+        f"alone: {forward:.1f} ms, {forward / (cycle * plain):.3f} of the cycle's unguarded time."
+    )
+
+
 def main() -> None:
     args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS)
     singles = list(torch.cat(batches).split(1))[: SINGLE_STEPS * args.steps]
@@ -111,6 +178,8 @@ def main() -> None:
                     f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} "
                     f"| {counted[guard][1]:.0f} | {triggers(counted[guard][0])} | {copies} |"
                 )
+    for method in args.methods:
+        print_breakdown(args, method, singles, device)
 
 
 if __name__ == "__main__":
