@@ -30,6 +30,11 @@ under ``auto``. Only the other cells are run, and the rest are judged on ``auto`
 idle cells are judged on the unguarded runs). A stricter bar, or ``relative=false`` (a higher agreement
 bar), may fire where ``auto`` never did: it runs everywhere.
 
+``--where-auto-lost`` runs a variant only on the cells where ``auto``'s stored run ends more than a point
+below NoAdapt, and judges every guard on those cells alone: whether a setting saves what ``auto`` loses,
+not what it costs elsewhere (``--protocols mild`` shows its false alarms, ``--protocols`` naming the
+grids' streams to run and judge).
+
 Until 2026-12-05 ``auto`` ran with ``relative`` and ``escalate`` off; its runs of that time are in
 ``docs/results/guard_variants`` as ``auto[relative=false,escalate=false]``, and the variants run then
 are named there with both settings, so that each name still says what ran. Where a variant of that time
@@ -50,7 +55,7 @@ from typing import Any
 from benchmarks.study_export import drawn
 from zerosiam.bench.execution import execute
 from zerosiam.bench.grid import Grid
-from zerosiam.bench.guard_goals import guard_scores, to_markdown
+from zerosiam.bench.guard_goals import LOSS, guard_scores, to_markdown
 from zerosiam.bench.select import grid_specs
 from zerosiam.bench.spec import KIND, RunSpec
 from zerosiam.bench.store import ResultStore
@@ -133,13 +138,33 @@ def stand_ins(
     return [{**quiet[spec.run_id], "run_id": spec.run_id, "spec": spec.as_dict()} for spec in unrun]
 
 
+def unguarded(spec: RunSpec, **changes: Any) -> str:
+    """The run id of ``spec``'s cell without a guard (with ``changes``): what runs of one cell share."""
+    return RunSpec.from_dict({**spec.as_dict(), "guard": "none", **changes}).run_id
+
+
+def not_adapting(spec: RunSpec) -> str:
+    """The run id of NoAdapt on ``spec``'s stream."""
+    return unguarded(spec, method="noadapt", hparams={})
+
+
+def lost_by_auto(spec: RunSpec, committed: ResultStore) -> bool:
+    """Whether ``auto``'s stored run of this cell ends more than a point below NoAdapt on its stream."""
+    auto, reference = as_auto(spec).run_id, not_adapting(spec)
+    if auto not in committed or reference not in committed:
+        return False
+    accuracy = committed.get(auto)["metrics"]["accuracy"], committed.get(reference)["metrics"]["accuracy"]
+    return 100 * (accuracy[1] - accuracy[0]) > LOSS
+
+
 def judged_rows(
     grids: list[str], models: list[str], variants: list[RunSpec], store: ResultStore, committed: ResultStore
 ) -> list[dict[str, Any]]:
-    """The rows the goals are judged on: the compared guards' from the committed store, of the variants'
-    methods and NoAdapt, and the variants'."""
-    methods = {spec.method for spec in variants} | {"noadapt"}
-    compared = {spec.run_id for spec in cells(grids, models, COMPARED, committed) if spec.method in methods}
+    """The rows the goals are judged on: the compared guards' runs of the variants' cells and NoAdapt's of
+    their streams, from the committed store, and the variants'."""
+    judged = {unguarded(spec) for spec in variants} | {not_adapting(spec) for spec in variants}
+    guarded = cells(grids, models, COMPARED, committed)
+    compared = {spec.run_id for spec in guarded if unguarded(spec) in judged}
     mine = {spec.run_id for spec in variants}
     return [row for row in committed.rows(KIND) if row["run_id"] in compared] + [
         row for row in store.rows(KIND) if row["run_id"] in mine
@@ -152,6 +177,7 @@ def main() -> None:
     )
     parser.add_argument("--model", type=csv_list, default=["convnext_nano_ln"], help="one or more, commas")
     parser.add_argument("--methods", type=csv_list, help="only these of the grids' methods, commas")
+    parser.add_argument("--protocols", type=csv_list, help="only these of the grids' streams, commas")
     parser.add_argument("--variant", action="append", required=True, help="NAME=VALUE,...; repeatable")
     parser.add_argument("--grids", type=csv_list, default=["guard_gains.yaml", "guard_falls.yaml"])
     parser.add_argument("--db", type=Path, default=Path("runs/guard_variants.db"), help="the variants' runs")
@@ -161,6 +187,8 @@ def main() -> None:
     parser.add_argument("--judge-only", action="store_true", help="run nothing, judge what is stored")
     where = "run only where auto's run could change"
     parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
+    lost = "run and judge only the cells auto's stored run ends more than a point below NoAdapt"
+    parser.add_argument("--where-auto-lost", action="store_true", help=lost)
     args = parser.parse_args()
     fired = [fired_before_change(*pair) for variant in args.variant for pair in settings_of(variant).items()]
     if args.where_auto_fired and None in fired:
@@ -171,6 +199,9 @@ def main() -> None:
     committed, store = open_store(args.committed), variant_store(args.db)
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
     variants = [spec for spec in variants if not args.methods or spec.method in args.methods]
+    variants = [spec for spec in variants if not args.protocols or spec.protocol in args.protocols]
+    if args.where_auto_lost:
+        variants = [spec for spec in variants if lost_by_auto(spec, committed)]
     quiet = {}  # the cells judged on auto's runs: by the variant's run id, auto's row
     if args.where_auto_fired:
         fired_below = min(fired, default=math.inf)

@@ -332,3 +332,15 @@ def test_rdumb_on_a_stream_shorter_than_its_period_is_the_unguarded_run():
     for x in _batches(6):
         assert torch.equal(plain(x), rdumb(x))
     assert not _fired(rdumb) and torch.equal(plain.model.gn.weight, rdumb.model.gn.weight)
+
+
+def test_with_rows_a_full_step_is_judged_on_that_many_images_spread_over_its_batch():
+    learner, labels = _Labelled(), torch.arange(64) % 10
+    x = labels.float().view(64, 1, 1, 1).expand(64, 3, 4, 4)
+    called = torch.where(torch.arange(64) % 4 == 0, labels, (labels + 1) % 10)  # every 4th call agrees
+    whole, spread = SourceProbe(), SourceProbe(rows=16)
+    for _ in range(4):  # the warm-up's first probe
+        whole(learner, x, _calls(called), [])
+        spread(learner, x, _calls(called), [])
+    assert learner.probed == [64, 16]
+    assert float(whole.signals["agreement"]) == 0.25 and float(spread.signals["agreement"]) == 1.0

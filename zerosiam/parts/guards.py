@@ -113,7 +113,9 @@ class SourceProbe:
     class-ordered Gaussian noise, a tenth 0.7). Every stream is judged, rolled back and shrunk alone.
 
     A probe judges at least ``probe_images`` images a stream. A step with that many rows or more (batch
-    64) is judged on its own batch, on the schedule above. Smaller steps (batch 1) lend their images to
+    64) is judged on its own batch, on the schedule above, or with ``rows`` on that many of its images a
+    stream, evenly spaced (a smaller source forward, so that probes may come more often at the same
+    cost; not the default, ``docs/guard.md``). Smaller steps (batch 1) lend their images to
     the probe, one step in ``sample``, beside the adapted model's calls on them as they were made; once
     ``probe_images`` are kept, they are predicted at the source weights in one forward, judged and
     dropped, so a call judged after a trigger was made after it. Judged on one image, a single
@@ -159,9 +161,10 @@ class SourceProbe:
         sample: int = 1,
         escalate: bool = True,
         relative: bool = True,
+        rows: int | None = None,
     ) -> None:
         self.every = every
-        self.probe_images, self.sample = probe_images, sample
+        self.probe_images, self.sample, self.rows = probe_images, sample, rows
         self.warmup, self.warmup_every = warmup, warmup_every
         self.min_agreement = min_agreement
         self.max_narrowing = max_narrowing
@@ -194,7 +197,7 @@ class SourceProbe:
         if len(prediction) // layout.count < self.probe_images:  # a small step: gather, probe when enough
             probe = self._gather(layout.rows(x), adapted)
         else:
-            probe = (x, adapted) if self._due() else None
+            probe = self._spread(layout.rows(x), adapted) if self._due() else None
         if probe is None:
             return quiet
         images, adapted = probe
@@ -240,6 +243,16 @@ class SourceProbe:
         """Whether this step of full batches is probed: every ``warmup_every`` steps in the warm-up,
         every ``every`` after."""
         return self.steps % (self.warmup_every if self.steps <= self.warmup else self.every) == 0
+
+    def _spread(self, images: Tensor, calls: Tensor) -> tuple[Tensor, Tensor]:
+        """A full step's images (``[B, n, ...]``) and calls (``[B, n]``) as a probe takes them: all of
+        them, or with ``rows`` that many a stream, evenly spaced over its batch (a smaller forward, so
+        that probes can come more often at the same cost)."""
+        count = calls.shape[-1]
+        if self.rows is not None and self.rows < count:
+            keep = torch.arange(0, count, count // self.rows, device=calls.device)[: self.rows]
+            images, calls = images[:, keep.to(images.device)], calls[:, keep]
+        return images.flatten(0, 1), calls
 
     def _gather(self, images: Tensor, calls: Tensor) -> tuple[Tensor, Tensor] | None:
         """Keep a small step's images (``[B, n, ...]``) and the adapted calls on them (``[B, n]``) if
