@@ -88,32 +88,29 @@ def triggers(adapter: zerosiam.Adapter) -> int:
     return sum(bool(row.get("guard")) for row in adapter.history)
 
 
+def seconds(call: Callable[[], object], device) -> float:
+    """The wall time of one ``call``, the device's queue included."""
+    start = time.perf_counter()
+    call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 def step_times(model_name: str, method: str, stream: list, device, guard) -> list[float]:
     """Each step's wall time after a warm-up step (``stream[0]``), in seconds."""
     adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method, guard=guard)
     adapter(stream[0])
-    times = []
-    for x in stream[1:]:
-        start = time.perf_counter()
-        adapter(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return times
+    return [seconds(lambda x=x: adapter(x), device) for x in stream[1:]]
 
 
 def source_forward_seconds(model_name: str, method: str, images, device, repeats: int) -> float:
     """The median time of one forward of ``images`` at the source weights, as a probe makes it."""
     adapter = zerosiam.adapt(zerosiam.load_model(model_name).to(device), method)
     adapter(images[:1])
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        adapter.source_prediction(images)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(
+        seconds(lambda: adapter.source_prediction(images), device) for _ in range(repeats)
+    )
 
 
 def print_breakdown(args, method: str, singles: list, device) -> None:

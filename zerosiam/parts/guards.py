@@ -251,7 +251,7 @@ class SourceProbe:
         count = calls.shape[-1]
         if self.rows is not None and self.rows < count:
             keep = torch.arange(0, count, count // self.rows, device=calls.device)[: self.rows]
-            images, calls = images[:, keep.to(images.device)], calls[:, keep]
+            images, calls = images[:, keep], calls[:, keep]
         return images.flatten(0, 1), calls
 
     def _gather(self, images: Tensor, calls: Tensor) -> tuple[Tensor, Tensor] | None:
