@@ -185,6 +185,7 @@ def main() -> None:
     parser.add_argument("--export", type=Path, help="add the variants' runs to this text store")
     parser.add_argument("--shard", default="0/1", help="I/N: run every N-th run from the I-th")
     parser.add_argument("--judge-only", action="store_true", help="run nothing, judge what is stored")
+    parser.add_argument("--device", default="cpu", help="where the runs run: cpu, cuda, cuda:N, auto")
     where = "run only where auto's run could change"
     parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
     lost = "run and judge only the cells auto's stored run ends more than a point below NoAdapt"
@@ -209,7 +210,7 @@ def main() -> None:
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
         runs = [s for s in variants if s.run_id not in quiet]
-        execute(runs[first::count], store, Execution(backend="inline", stack=True))
+        execute(runs[first::count], store, Execution(backend="inline", stack=True, device=args.device))
     if args.export:
         new = write_text(store, args.export, keep_curves=lambda row: drawn(row["spec"]))
         print(f"{new} new run(s) in {args.export}")

@@ -5,6 +5,7 @@
 #   DEVICE=cpu WORKERS=2 LIMIT=64 GRIDS=label_shift bash benchmarks/study_gpu.sh 900 /tmp/try.db  # a try
 #   GRIDS="batch1 my/part.yaml" bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
 #   SELECT=0 GRIDS=seeds_wild_vit bash benchmarks/study_gpu.sh 450 /tmp/study.db  # no rate selection first
+#   SELECT=0 GRIDS=" " VARIANT=every=4,rows=16 bash benchmarks/study_gpu.sh 470 /tmp/study.db  # a guard variant
 #
 # The working store starts as a SQLite copy of the committed text store docs/results/study, so a fresh machine goes on
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
@@ -19,6 +20,11 @@
 # ${CHECKPOINT_EVERY:-120} s); merge the store with `python benchmarks/study_export.py study.db
 # docs/results/study`, and put the checkpoints in .gpu/checkpoints (carried to the next call, which
 # goes on with those tasks from there, on this machine or a fresh one).
+# With VARIANT (NAME=VALUE,... of benchmarks/guard_variants.py), before the grids, that variant of `auto` runs
+# on the three GN/LN models' cells of the guard grids (${VARIANT_GRIDS}, batch 64), in one process per worker
+# (--shard), into a store of its own (/tmp/variants.db, starting as a copy of docs/results/guard_variants);
+# $OUT/guard_variants gets that text store with the new runs added (replace the committed one with it) and
+# $OUT/variant.md the grid's judged table.
 # Measured on an H100 (16 cores): 1.25 batch-64 runs/s with 15 workers.
 set -u
 export PYTHONUNBUFFERED=1
@@ -33,6 +39,7 @@ shutil.copy(open_store('docs/results/study').path, sys.argv[1])" "$db"
 carried=${CHECKPOINTS:-.gpu/checkpoints}  # the last call's unfinished tasks
 if compgen -G "$carried/*.pt" > /dev/null; then mkdir -p "$db.checkpoints" && cp -n "$carried"/*.pt "$db.checkpoints/"; fi
 workers=${WORKERS:-$(( $(nproc) - 1 ))}
+VARIANT_GRIDS=${VARIANT_GRIDS:-guard_falls.yaml,guard_gains.yaml,guard_noise.yaml,guard_mixed.yaml,guard_epochs.yaml}
 device=${DEVICE:-cuda}
 left() { echo $(( deadline - $(date +%s) )); }
 
@@ -69,6 +76,19 @@ export db device workers LIMIT CHECKPOINT_EVERY
 step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
 names=$(python -c "from zerosiam import corruptions; print(*corruptions.BENCHMARK, *corruptions.EXTRA)")
 step data "for name in $names; do build \$name & done; wait"
+
+if [[ -n ${VARIANT:-} ]]; then
+  vdb=/tmp/variants.db
+  [[ -f $vdb ]] || python -c "import shutil, sys; from zerosiam.bench.textstore import open_store
+shutil.copy(open_store('docs/results/guard_variants').path, sys.argv[1])" "$vdb"
+  variant() {  # variant [FLAGS]: benchmarks/guard_variants.py on the variant's cells
+    PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python benchmarks/guard_variants.py --model resnet26_gn,convnext_nano_ln,vit_tiny_ln --variant "$VARIANT" \
+      --grids "$VARIANT_GRIDS" --db "$vdb" --device "$device" "$@"
+  }
+  export -f variant; export VARIANT VARIANT_GRIDS vdb logs
+  step variant 'for i in $(seq 0 $(( workers - 1 ))); do variant --shard $i/$workers > $logs/variant_$i.log 2>&1 & done; wait'
+  cp -r docs/results/guard_variants "$out/" && variant --judge-only --export "$out/guard_variants" > "$out/variant.md"
+fi
 
 baselines=tent,sar,eata,deyo,come,zerosiam
 per=$(( (workers + 3) / 4 ))
