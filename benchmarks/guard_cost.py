@@ -37,13 +37,18 @@ SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step
 # start. At batch 1 both judge every image, 16 every 16 steps. A guard that fires slows its stream after
 # (every gradient scaled), which is not a probe's cost: the "probing only" variants probe, judge and
 # keep snapshots as "after warm-up" does but never fire, with every image judged or one batch-1 step in
-# 8 (the same guard at batch 64).
+# 8 (the same guard at batch 64). "every=4, rows=16" probes a batch-64 stream every 4 steps on 16 of its
+# images (``docs/guard.md``, Open): a quarter of the source forward four times as often; at batch 1 it is
+# "auto" (``every`` and ``rows`` are for full steps).
 NEVER = {"min_agreement": 0.0, "max_narrowing": math.inf}
+OFTEN = {"every": 4, "rows": 16}
 VARIANTS = {
     **{name: name for name in GUARDS},
     "auto, after warm-up": lambda: SourceProbe(warmup=0),
     "auto, probing only": lambda: SourceProbe(warmup=0, **NEVER),
     "auto, sample=8, probing only": lambda: SourceProbe(warmup=0, sample=8, **NEVER),
+    "auto, every=4, rows=16, after warm-up": lambda: SourceProbe(warmup=0, **OFTEN),
+    "auto, every=4, rows=16, probing only": lambda: SourceProbe(warmup=0, **OFTEN, **NEVER),
 }
 
 

@@ -13,7 +13,10 @@ the grid's goals (``zerosiam.bench.guard_goals``). Batch-1 streams run stacked, 
 
 The variant's runs go into a store of their own (``--db``, SQLite; the study's store is never written):
 a run already there is not run again, so a stopped process goes on where it stopped, and processes may
-share it: one variant each, or one variant split by ``--shard I/N`` (every N-th run from the I-th).
+share it: one variant each, or one variant split by ``--shard I/N`` (every N-th run from the I-th;
+``benchmarks/study_gpu.sh`` with ``VARIANT`` runs one shard a core on a GPU, ``--device cuda``). Where
+a variant has not reached all its cells (stopped, or still running), every guard is judged on the cells
+it reached, so that the table compares like with like.
 ``--export FOLDER`` adds them to a committed text store (``docs/results/guard_variants``, with only the
 curves the study's store keeps, ``study_export.drawn``, so that a variant's run can stand in for
 ``auto``'s there, figures and all), which ``--db`` also reads, so that a judged table can be computed
@@ -214,7 +217,10 @@ def main() -> None:
     if args.export:
         new = write_text(store, args.export, keep_curves=lambda row: drawn(row["spec"]))
         print(f"{new} new run(s) in {args.export}")
-    rows = judged_rows(args.grids, args.model, variants, store, committed)
+    ran = [spec for spec in variants if spec.run_id in store or spec.run_id in quiet]
+    if len(ran) < len(variants):  # a stopped or partial run: judge every guard on the cells it reached
+        print(f"judged on the {len(ran)} of {len(variants)} variant cells stored")
+    rows = judged_rows(args.grids, args.model, ran, store, committed)
     if args.where_auto_fired:
         rows += stand_ins(variants, quiet, store)
     print(to_markdown(guard_scores(rows)), end="")
