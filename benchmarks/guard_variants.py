@@ -64,7 +64,7 @@ from zerosiam.bench.spec import KIND, RunSpec
 from zerosiam.bench.store import ResultStore
 from zerosiam.bench.tasks import Execution
 from zerosiam.bench.textstore import is_text_store, open_store, write_text
-from zerosiam.cli._args import csv_list
+from zerosiam.cli._args import csv_list, device_name
 from zerosiam.parts.guards import GUARDS, SourceProbe
 
 GRIDS = Path("docs/results/grids")
@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--export", type=Path, help="add the variants' runs to this text store")
     parser.add_argument("--shard", default="0/1", help="I/N: run every N-th run from the I-th")
     parser.add_argument("--judge-only", action="store_true", help="run nothing, judge what is stored")
-    parser.add_argument("--device", default="cpu", help="where the runs run: cpu, cuda, cuda:N, auto")
+    parser.add_argument("--device", type=device_name, default="cpu", help="auto, cpu, cuda or cuda:N")
     where = "run only where auto's run could change"
     parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
     lost = "run and judge only the cells auto's stored run ends more than a point below NoAdapt"

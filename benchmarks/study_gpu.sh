@@ -34,8 +34,11 @@ db=${2:-/tmp/study.db}  # the whole store, every curve; $OUT gets the export (be
 out=${OUT:-runs/study}
 logs=/tmp/study_logs
 mkdir -p "$logs" "$out" "$(dirname "$db")"
-[[ -f $db ]] || python -c "import shutil, sys; from zerosiam.bench.textstore import open_store
-shutil.copy(open_store('docs/results/study').path, sys.argv[1])" "$db"
+working_copy() {  # working_copy TEXT_STORE DB: DB as a SQLite copy of the committed TEXT_STORE, unless there
+  [[ -f $2 ]] || python -c "import shutil, sys; from zerosiam.bench.textstore import open_store
+shutil.copy(open_store(sys.argv[1]).path, sys.argv[2])" "$1" "$2"
+}
+working_copy docs/results/study "$db"
 carried=${CHECKPOINTS:-.gpu/checkpoints}  # the last call's unfinished tasks
 if compgen -G "$carried/*.pt" > /dev/null; then mkdir -p "$db.checkpoints" && cp -n "$carried"/*.pt "$db.checkpoints/"; fi
 workers=${WORKERS:-$(( $(nproc) - 1 ))}
@@ -79,8 +82,7 @@ step data "for name in $names; do build \$name & done; wait"
 
 if [[ -n ${VARIANT:-} ]]; then
   vdb=/tmp/variants.db
-  [[ -f $vdb ]] || python -c "import shutil, sys; from zerosiam.bench.textstore import open_store
-shutil.copy(open_store('docs/results/guard_variants').path, sys.argv[1])" "$vdb"
+  working_copy docs/results/guard_variants "$vdb"
   variant() {  # variant [FLAGS]: benchmarks/guard_variants.py on the variant's cells
     PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python benchmarks/guard_variants.py --model resnet26_gn,convnext_nano_ln,vit_tiny_ln --variant "$VARIANT" \
       --grids "$VARIANT_GRIDS" --db "$vdb" --device "$device" "$@"
