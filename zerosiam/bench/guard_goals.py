@@ -7,7 +7,10 @@ seed, ...); its NoAdapt is the unguarded, non-adapting run of the same stream. P
 * **gain kept**: where the unguarded method beats NoAdapt, the guarded gain summed over those cells as a
   share of the unguarded gain summed over them (the goal: at least 90 %);
 * **false alarms**: on the mild streams (nothing collapses there at the chosen rates), the guard's
-  triggers per 100 batches (the goal: under 1).
+  triggers per 100 batches (the goal: under 1);
+* **mean below NoAdapt**: NoAdapt's accuracy less the guard's, averaged over the cells, in points
+  (negative where the guard ends above NoAdapt on average): how far its losses go, where the count of
+  lost cells says only how many there are.
 
 The third goal, ahead of the guards people use, is the comparison of these rows.
 
@@ -49,6 +52,7 @@ class GuardScore:
     mild_triggers: int
     stand_ins: int = 0  # cells judged on the unguarded run: rdumb on streams shorter than its period
     stood_in_lost: tuple[str, ...] = ()  # the lost cells among those, listed with the unguarded losses
+    mean_below: float | None = None  # NoAdapt less the guard, averaged over the cells, in points
 
     @property
     def alarms_per_100(self) -> float | None:
@@ -118,6 +122,9 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
                 triggers,
                 len(stood_in),
                 tuple(text[cell] for cell in lost if cell in stood_in),
+                sum(reference[cell] - value for cell, value in judged.items()) / len(judged)
+                if judged
+                else None,
             )
         )
     return scores
@@ -156,8 +163,9 @@ def _as_rdumb(row: Mapping[str, Any]) -> dict[str, Any]:
 def to_markdown(scores: Sequence[GuardScore]) -> str:
     """The goals as one table, then the cells each guard lost (the unguarded losses are counted only)."""
     lines = [
-        f"| Guard | Cells | Over {LOSS:.1f} below NoAdapt | Gain kept | Triggers per 100 batches (mild) |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        f"| Guard | Cells | Over {LOSS:.1f} below NoAdapt | Mean below NoAdapt | Gain kept "
+        "| Triggers per 100 batches (mild) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for score in scores:
         kept = "–" if score.gain_kept is None else f"{100 * score.gain_kept:.0f} %"
@@ -165,9 +173,16 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         alarm_text = (
             "–" if alarms is None else f"{alarms:.2f} ({score.mild_triggers} in {score.mild_batches})"
         )
-        lines.append(f"| {score.guard} | {score.cells} | {len(score.lost)} | {kept} | {alarm_text} |")
-    lines += ["", "Gain kept: over the cells where the unguarded method beats NoAdapt, the guarded gain "
-              "summed as a share of the unguarded gain summed."]  # fmt: skip
+        below = "–" if score.mean_below is None else f"{score.mean_below:.2f}"
+        lines.append(
+            f"| {score.guard} | {score.cells} | {len(score.lost)} | {below} | {kept} | {alarm_text} |"
+        )
+    lines += [
+        "",
+        "Mean below NoAdapt: NoAdapt's accuracy less the guard's, averaged over the cells, in points "
+        "(negative: above NoAdapt on average). Gain kept: over the cells where the unguarded method beats "
+        "NoAdapt, the guarded gain summed as a share of the unguarded gain summed.",
+    ]
     lines += [
         f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs (streams of "
         f"fewer than {RDUMB_EVERY:,} steps, where its reset never comes; their losses are not listed)."

@@ -81,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--guards",
         action="store_true",
         help="instead of the tables, each guard's goals over the rows (docs/guard.md): cells more than a "
-        "point below NoAdapt, the share of the unguarded gain kept, triggers per 100 mild batches",
+        "point below NoAdapt, the mean below it, the share of the unguarded gain kept, triggers per 100 "
+        "mild batches",
     )
     parser.add_argument(
         "--selections", action="store_true", help="the learning rates `zerosiam select-lr` chose, instead"
