@@ -30,11 +30,12 @@ def real_batches(dataset: str, corruption: str, count: int, device: torch.device
 
 
 def setup(
-    description: str, model: str, steps: int, methods: tuple[str, ...] = ()
+    description: str, model: str, steps: int, methods: tuple[str, ...] = (), min_steps: int = 1
 ) -> tuple[argparse.Namespace, torch.device, list]:
-    """A step benchmark's flags (``--model``, ``--steps``, ``--repeats``, ``--device``, and ``--methods``
-    when it measures several: a comma list of ``methods``, all by default), its device and its batches
-    (project CIFAR-10-C, gaussian_noise 5), with the line that says what it measures on."""
+    """A step benchmark's flags (``--model``, ``--steps``, at least ``min_steps``, ``--repeats``,
+    ``--device``, and ``--methods`` when it measures several: a comma list of ``methods``, all by default),
+    its device and its batches (project CIFAR-10-C, gaussian_noise 5), with the line that says what it
+    measures on."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -46,6 +47,8 @@ def setup(
         choices = ", ".join(methods)
         parser.add_argument("--methods", type=csv_list, default=",".join(methods), help=f"of {choices}")
     args = parser.parse_args()
+    if args.steps < min_steps:
+        parser.error(f"--steps {args.steps}: this benchmark needs at least {min_steps}")
     if methods:
         unknown = [name for name in args.methods if name not in methods]
         if unknown:

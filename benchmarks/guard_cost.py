@@ -155,7 +155,9 @@ def print_breakdown(args, method: str, singles: list, device) -> None:
 
 
 def main() -> None:
-    args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS)
+    # the breakdown times every place of a batch-1 probe's cycle after the first (warm-up) step
+    fewest = math.ceil((SourceProbe().probe_images + 1) / SINGLE_STEPS)
+    args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS, min_steps=fewest)
     singles = list(torch.cat(batches).split(1))[: SINGLE_STEPS * args.steps]
     columns = "method | batch | guard | ms/step | guarded ÷ none | ops/step | triggers | snapshots (copies)"
     print(f"\n| {columns} |")
