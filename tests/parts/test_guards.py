@@ -135,6 +135,9 @@ class _Labelled:
     def shrink(self, streams: torch.Tensor, factor: float) -> None:
         pass
 
+    def full_step(self, streams: torch.Tensor) -> None:
+        self.given_back = getattr(self, "given_back", 0) + 1
+
 
 def _calls(classes: torch.Tensor, sureness: float = 1.0) -> torch.Tensor:
     return torch.nn.functional.one_hot(classes, 10).float() * sureness
@@ -323,6 +326,45 @@ def test_a_shrunk_stream_steps_smaller_and_reset_gives_the_full_step_back():
     adapter.reset()
     adapter(x)
     assert not torch.equal(adapter.snapshot()["params"]["gn.weight"][0], before["gn.weight"][0])
+
+
+def test_full_step_gives_a_shrunk_stream_its_step_back_and_leaves_the_other():
+    def run(*changes) -> dict[str, torch.Tensor]:
+        adapter = zerosiam.adapt(tiny(scale=5.0), "tent", lr=0.5, streams=2)
+        for change in changes:
+            change(adapter)
+        for x in _batches(3, streams=2):
+            adapter(x)
+        return adapter.snapshot()["params"]
+
+    plain = run()
+    back = run(
+        lambda a: a.shrink(torch.tensor([True, True]), 0.1),
+        lambda a: a.full_step(torch.tensor([True, False])),
+    )
+    slowed = run(lambda a: a.shrink(torch.tensor([True, True]), 0.1))
+    for name, value in plain.items():
+        assert torch.equal(back[name][0], value[0])  # the full step, exactly
+        assert torch.equal(back[name][1], slowed[name][1]) and not torch.equal(back[name][1], value[1])
+
+
+def test_with_recover_a_slowed_stream_gets_its_full_step_back_after_that_many_passed_probes():
+    def given_back(recover: int) -> list[int]:
+        """The steps at which the probe gave the full step back, on a stream whose adapted model calls
+        every image wrong at step 1 (a trigger) and right after (every step a probe)."""
+        probe, learner, steps = SourceProbe(every=1, warmup=0, recover=recover), _Labelled(), []
+        labels = torch.arange(16) % 10
+        x = labels.float().view(16, 1, 1, 1).expand(16, 3, 4, 4)
+        for step in range(1, 8):
+            called = (labels + 1) % 10 if step == 1 else labels
+            probe(learner, x, _calls(called), [])
+            if getattr(learner, "given_back", 0) > len(steps):
+                steps.append(step)
+        assert learner.put_back == 1
+        return steps
+
+    assert given_back(recover=0) == []  # the default: slowed for good
+    assert given_back(recover=3) == [4]  # steps 2, 3 and 4 passed
 
 
 def test_rdumb_on_a_stream_shorter_than_its_period_is_the_unguarded_run():

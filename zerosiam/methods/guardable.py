@@ -69,6 +69,13 @@ class Guardable:
         scale = self._step_scale if self._step_scale is not None else self.layout.all_streams().float()
         self._set_scale(torch.where(streams.to(scale.device), scale * factor, scale))
 
+    def full_step(self, streams: Tensor) -> None:
+        """The flagged streams' future steps back to their full size (a guard that slowed them and
+        found them healthy since)."""
+        if self._step_scale is not None:
+            scale = self._step_scale
+            self._set_scale(torch.where(streams.to(scale.device), torch.ones_like(scale), scale))
+
     def _set_scale(self, scale: Tensor) -> None:
         """Every later gradient scaled per stream by ``scale``, kept beside the weights: on the host it
         was copied to the device once a trainable tensor a step (54 copies a step on the ResNet-26)."""

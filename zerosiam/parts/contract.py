@@ -61,7 +61,8 @@ class Learner(Protocol):
 
 class GuardedLearner(Protocol):
     """What a guard may use of the learner it watches, stream by stream: restores, snapshots of the
-    adapted weights, a smaller step, and the source model's prediction (``zerosiam.parts.guards``)."""
+    adapted weights, a smaller step and the full one back, and the source model's prediction
+    (``zerosiam.parts.guards``)."""
 
     layout: Layout
 
@@ -74,6 +75,8 @@ class GuardedLearner(Protocol):
     def source_prediction(self, x: Tensor) -> Tensor: ...
 
     def shrink(self, streams: Tensor, factor: float) -> None: ...
+
+    def full_step(self, streams: Tensor) -> None: ...
 
 
 @dataclass

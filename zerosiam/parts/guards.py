@@ -110,7 +110,9 @@ class SourceProbe:
     averages restart; then the weights, all of which have now passed, are the newest snapshot; its steps
     are then scaled by ``shrink``, a decade down by default (a rate that collapsed the stream once would
     again; halving it left Tent at 10× the paper's rate 1.4 points below NoAdapt on the ResNet-26's
-    class-ordered Gaussian noise, a tenth 0.7). Every stream is judged, rolled back and shrunk alone.
+    class-ordered Gaussian noise, a tenth 0.7). With ``recover`` a slowed stream takes its full step back
+    once it has passed that many probes in a row (not the default: ``docs/guard.md``, Open). Every stream
+    is judged, rolled back, slowed and given its step back alone.
 
     A probe judges at least ``probe_images`` images a stream. A step with that many rows or more (batch
     64) is judged on its own batch, on the schedule above, or with ``rows`` on that many of its images a
@@ -162,6 +164,7 @@ class SourceProbe:
         escalate: bool = True,
         relative: bool = True,
         rows: int | None = None,
+        recover: int = 0,
     ) -> None:
         self.every = every
         self.probe_images, self.sample, self.rows = probe_images, sample, rows
@@ -170,7 +173,7 @@ class SourceProbe:
         self.max_narrowing = max_narrowing
         self.momentum = momentum
         self.ring = ring
-        self.shrink = shrink
+        self.shrink, self.recover = shrink, recover
         self.escalate = escalate
         self.relative = relative
         self.reset()
@@ -185,6 +188,7 @@ class SourceProbe:
         self.snapshots: list[dict[str, dict[str, Tensor]]] = []
         self.gathered: list[tuple[Tensor, Tensor]] = []  # small steps since the last probe: (images, calls)
         self.put_back: Tensor | None = None  # per stream, whether the last probe put it back
+        self.passed: Tensor | None = None  # per stream, probes passed since it was slowed; -1 at full step
 
     def __call__(
         self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
@@ -221,6 +225,8 @@ class SourceProbe:
             if self.shrink != 1.0:
                 learner.shrink(flags, self.shrink)
             self._restart(unhealthy)
+        if self.recover:
+            self._give_back_steps(learner, unhealthy)
         self.put_back = unhealthy
         # every stream's weights now passed this probe (or were put back): the newest snapshot
         self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]
@@ -238,6 +244,17 @@ class SourceProbe:
             again = unhealthy & self.put_back
             learner.roll_back(self.snapshots[0], value(unhealthy & ~again))
             learner.restore_source(value(again))
+
+    def _give_back_steps(self, learner: GuardedLearner, unhealthy: Tensor) -> None:
+        """Count the probes each slowed stream has passed since its last trigger (``unhealthy``, ``[B]``
+        flags, restarts the count); after ``recover`` of them, its full step back."""
+        passed = self.passed if self.passed is not None else torch.full_like(unhealthy, -1, dtype=torch.long)
+        passed = torch.where(unhealthy, 0, torch.where(passed >= 0, passed + 1, passed))
+        back = passed >= self.recover
+        if bool(back.any()):
+            learner.full_step(learner.layout.value(back))
+            passed = torch.where(back, -1, passed)
+        self.passed = passed
 
     def _due(self) -> bool:
         """Whether this step of full batches is probed: every ``warmup_every`` steps in the warm-up,
@@ -308,6 +325,7 @@ class SourceProbe:
             "snapshots": self.snapshots,
             "gathered": self.gathered,
             "put_back": self.put_back,
+            "passed": self.passed,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -317,6 +335,7 @@ class SourceProbe:
         self.snapshots = state["snapshots"]
         self.gathered = state.get("gathered", [])  # checkpoints of old gathered nothing
         self.put_back = state.get("put_back")  # nor knew what the last probe put back
+        self.passed = state.get("passed")  # nor gave a step back
 
 
 def triggers_by_bar(history: list[dict[str, Any]]) -> dict[str, int]:
