@@ -27,12 +27,12 @@ again from git alone:
 
 ``--where-auto-fired`` (formerly ``--repeats-only``) is for a variant that can change a run only where
 ``auto`` fired: ``escalate=false`` changes only a trigger right after another, so a cell whose ``auto`` run
-fired at most once runs under it exactly as under ``auto``; ``shrink`` (the step's size after a trigger)
-changes nothing before the first, and a looser bar (a lower ``min_agreement``, a higher
-``max_narrowing``) fires later or not at all, so a cell where ``auto`` never fired runs under either as
-under ``auto``. Only the other cells are run, and the rest are judged on ``auto``'s runs (as ``rdumb``'s
-idle cells are judged on the unguarded runs). A stricter bar, or ``relative=false`` (a higher agreement
-bar), may fire where ``auto`` never did: it runs everywhere.
+fired at most once runs under it exactly as under ``auto``; ``shrink`` and ``recover`` (the step's size
+after a trigger, and when the full step comes back) change nothing before the first, and a looser bar (a
+lower ``min_agreement``, a higher ``max_narrowing``) fires later or not at all, so a cell where ``auto``
+never fired runs under any of them as under ``auto``. Only the other cells are run, and the rest are
+judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the unguarded runs). A stricter bar,
+or ``relative=false`` (a higher agreement bar), may fire where ``auto`` never did: it runs everywhere.
 
 ``--where-auto-lost`` runs a variant only on the cells where ``auto``'s stored run ends more than a point
 below NoAdapt, and judges every guard on those cells alone: whether a setting saves what ``auto`` loses,
@@ -113,14 +113,14 @@ def as_auto(spec: RunSpec) -> RunSpec:
 def fired_before_change(name: str, value: Any) -> float | None:
     """How often ``auto`` must have fired in a cell before setting ``name`` to ``value`` can change its run
     there (never, at ``auto``'s own value), or None if it can change any run: ``escalate`` acts only on a
-    trigger right after another, ``shrink`` only after a trigger; a looser bar fires later than ``auto``'s
-    or not at all, so not where ``auto`` never fired; a stricter bar, or ``relative=false`` (a higher
-    agreement bar), anywhere."""
+    trigger right after another, ``shrink`` and ``recover`` only after a trigger; a looser bar fires later
+    than ``auto``'s or not at all, so not where ``auto`` never fired; a stricter bar, or ``relative=false``
+    (a higher agreement bar), anywhere."""
     if value == DEFAULTS[name]:
         return math.inf
     if name == "escalate":
         return 2
-    if name == "shrink":  # the step's size after a trigger: the same run until the first
+    if name in ("shrink", "recover"):  # the step after a trigger: the same run until the first
         return 1
     if name in LOOSER and (value - DEFAULTS[name]) * LOOSER[name] > 0:
         return 1
@@ -201,7 +201,8 @@ def main() -> None:
     fired = [fired_before_change(*pair) for variant in args.variant for pair in settings_of(variant).items()]
     if args.where_auto_fired and None in fired:
         parser.error(
-            "--where-auto-fired takes only escalate, shrink, a lower min_agreement, a higher max_narrowing"
+            "--where-auto-fired takes only escalate, shrink, recover, a lower min_agreement, a higher "
+            "max_narrowing"
         )
     if not args.judge_only and is_text_store(args.db):
         parser.error(f"--db {args.db} is a committed text store: give --judge-only, or run into a .db")
