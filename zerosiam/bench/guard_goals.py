@@ -23,6 +23,7 @@ same cells without hundreds of runs that could only repeat the unguarded ones.
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
         gained = sum(unguarded[cell] - reference[cell] for cell in gaining)
         kept = sum(judged[cell] - reference[cell] for cell in gaining)
         batches, triggers = mild[guard]
+        shortfall = [reference[cell] - value for cell, value in judged.items()]
         text = {
             cell: f"{_label(specs[cell])}: {judged[cell]:.1f} (NoAdapt {reference[cell]:.1f})"
             for cell in lost
@@ -122,9 +124,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
                 triggers,
                 len(stood_in),
                 tuple(text[cell] for cell in lost if cell in stood_in),
-                sum(reference[cell] - value for cell, value in judged.items()) / len(judged)
-                if judged
-                else None,
+                statistics.fmean(shortfall) if shortfall else None,
             )
         )
     return scores
