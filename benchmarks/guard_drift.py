@@ -22,22 +22,15 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from zerosiam.bench.guard_goals import stream_key
 from zerosiam.bench.textstore import open_store
 from zerosiam.cli._args import csv_list
 
 WINDOW = 16  # steps a row sums, as benchmarks/guard_signals.py
 MARGIN = 5.0  # points above or below the source that make a window a gain or a loss
 SIGNALS = ("predictor_drift", "divergence")
-NOT_THE_STREAM = {"method", "hparams", "guard"}  # what a run may change without changing its images
 OUTCOMES = (("gains", lambda g: g > MARGIN), ("within", lambda g: abs(g) <= MARGIN),
             ("loses", lambda g: g < -MARGIN))  # fmt: skip
-
-
-def stream_of(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """What makes two runs see the same images in the same order through the same source model. A field
-    at its empty default counts as absent: runs stored before it was added do not have it."""
-    fields = {field: value for field, value in spec.items() if field not in NOT_THE_STREAM and value != {}}
-    return tuple(sorted((field, str(value)) for field, value in fields.items()))
 
 
 def rate(spec: dict[str, Any]) -> float:
@@ -78,13 +71,13 @@ def paired_runs(rows: list[dict[str, Any]], models: list[str]) -> Iterator[Pair]
     """Each default ZeroSiam run with both signals' curves, with NoAdapt's accuracy curve on its stream;
     one run a (stream, rate) where a cell was run twice (on a CPU and on a GPU)."""
     source = {
-        stream_of(row["spec"]): row
+        stream_key(row["spec"]): row
         for row in rows
         if row["spec"]["method"] == "noadapt" and row.get("curves", {}).get("accuracy")
     }
     cells = set()
     for row in rows:
-        curves, stream = row.get("curves") or {}, stream_of(row["spec"])
+        curves, stream = row.get("curves") or {}, stream_key(row["spec"])
         cell = (stream, rate(row["spec"]))
         if not (default_zerosiam(row["spec"], models) and all(curves.get(s) for s in SIGNALS)):
             continue
@@ -135,7 +128,7 @@ def main() -> None:
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     pairs = paired_runs(open_store(args.db).rows("vision"), args.model)
     for row, source in sorted(
-        pairs, key=lambda pair: (stream_of(pair[0]["spec"]), pair[0]["spec"]["hparams"].get("lr_scale", 1.0))
+        pairs, key=lambda pair: (stream_key(pair[0]["spec"]), pair[0]["spec"]["hparams"].get("lr_scale", 1.0))
     ):
         found = list(windows(row["curves"], source["curves"]["accuracy"]))
         seen[row["spec"]["model"]] += found

@@ -82,3 +82,17 @@ def test_rdumb_is_judged_on_every_cell_its_reset_cannot_reach_by_the_unguarded_r
     text = to_markdown([none, auto, rdumb])
     assert "`rdumb`: 1 of its 2 cells are the unguarded runs" in text and "Lost with `rdumb`" not in text
     assert [score.guard for score in guard_scores(rows[:4])] == ["none"]  # no guard ran: none compared
+
+
+def test_a_field_at_its_empty_default_is_the_same_cell_as_a_run_stored_before_the_field():
+    """The study's first unguarded runs have no ``prelude``; its guarded runs have ``prelude: {}``. Their
+    gain is the guard's to keep: a cell that matched only its NoAdapt would leave it out of the sum."""
+    rows = [
+        make_row("noadapt", "fog", 0.60),
+        make_row("tent", "fog", 0.64),  # stored before prelude existed: gains 4 points
+        guarded("tent", "fog", 0.62, "auto"),  # keeps 2 of them
+    ]
+    rows[2]["spec"]["prelude"] = {}
+    none, auto, _ = guard_scores(rows)
+    assert (none.cells, auto.cells) == (1, 1)
+    assert round(auto.gain_kept, 6) == 0.5

@@ -38,7 +38,7 @@ LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
 RDUMB = "rdumb"
 # Spec fields that do not change the stream a NoAdapt run sees.
-_NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
+NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,18 @@ class GuardScore:
         return 100 * self.mild_triggers / self.mild_batches
 
 
+def stream_key(spec: Mapping[str, Any]) -> str:
+    """The stream a run sees, shared by every run whose NoAdapt reference is the same run: the same
+    images in the same order through the same source model (:data:`NOT_THE_STREAM` left out)."""
+    return _key(spec, NOT_THE_STREAM)
+
+
 def _key(spec: Mapping[str, Any], drop: Iterable[str]) -> str:
+    """``spec`` less the fields in ``drop``, as text; a field at its empty default counts as absent, as
+    in runs stored before the field existed."""
     dropped = set(drop)
-    return json.dumps({k: v for k, v in spec.items() if k not in dropped}, sort_keys=True, default=str)
+    kept = {k: v for k, v in spec.items() if k not in dropped and v != {}}
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def _label(spec: Mapping[str, Any]) -> str:
@@ -89,7 +98,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
         spec, metrics = row["spec"], row["metrics"]
         points = 100 * metrics["accuracy"]
         if spec["method"] == BASELINE:
-            baseline[_key(spec, _NOT_THE_STREAM)] = points
+            baseline[stream_key(spec)] = points
             continue
         guard = spec.get("guard", NO_GUARD)
         cell = _key(spec, {"guard"})
@@ -97,7 +106,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
         if spec["protocol"] == MILD:
             mild[guard][0] += int(metrics.get("steps") or 0)
             mild[guard][1] += int(metrics.get("guard_triggers") or 0)
-    reference = {cell: baseline.get(_key(spec, _NOT_THE_STREAM)) for cell, spec in specs.items()}
+    reference = {cell: baseline.get(stream_key(spec)) for cell, spec in specs.items()}
     unguarded = accuracy.get(NO_GUARD, {})
     scores = []
     for guard in sorted(accuracy, key=lambda name: (name != NO_GUARD, name)):
