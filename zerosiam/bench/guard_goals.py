@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerosiam.bench.names import method_name
-from zerosiam.bench.spec import NO_GUARD
+from zerosiam.bench.spec import NO_GUARD, without_later_defaults
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
 from zerosiam.parts.guards import RDUMB_EVERY
 
@@ -70,10 +70,11 @@ def stream_key(spec: Mapping[str, Any]) -> str:
 
 
 def _key(spec: Mapping[str, Any], drop: Iterable[str]) -> str:
-    """``spec`` less the fields in ``drop``, as text; a field at its empty default counts as absent, as
-    in runs stored before the field existed."""
+    """``spec`` less the fields in ``drop``, as text; a field younger than the stores counts as absent at
+    its default, as in the runs stored before it existed (the study's first label-shift runs have no
+    ``prelude``)."""
     dropped = set(drop)
-    kept = {k: v for k, v in spec.items() if k not in dropped and v != {}}
+    kept = {k: v for k, v in without_later_defaults(spec).items() if k not in dropped}
     return json.dumps(kept, sort_keys=True, default=str)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,14 @@ KIND = "vision"  # the store's kind of a RunSpec's rows (language runs store the
 # RunSpec fields younger than the stores, and their defaults: not in a run's identity while at them
 NO_GUARD = "none"  # the guard of every run stored before guards existed
 LATER_FIELDS = {"prelude": {}, "guard": NO_GUARD}
+
+
+def without_later_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` less its fields younger than the stores (``LATER_FIELDS``) while at their defaults: what a
+    run stored before such a field existed and the same run stored after it have in common."""
+    return {
+        key: value for key, value in spec.items() if not (key in LATER_FIELDS and value == LATER_FIELDS[key])
+    }
 
 
 def check_prelude(prelude: dict[str, Any]) -> None:
@@ -94,11 +103,7 @@ class RunSpec:
         resumed as if it held results of the new ones. A field added after stores were written
         (``LATER_FIELDS``) is left out while at its default, so the runs stored before it keep their ids.
         """
-        identity = {
-            key: value
-            for key, value in self.as_dict().items()
-            if not (key in LATER_FIELDS and value == LATER_FIELDS[key])
-        }
+        identity = without_later_defaults(self.as_dict())
         weights = shipped_sha256(self.model)
         if weights is not None:
             identity["weights_sha256"] = weights

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
-from zerosiam.bench.spec import LATER_FIELDS
+from zerosiam.bench.spec import LATER_FIELDS, without_later_defaults
 from zerosiam.corruptions import BENCHMARK, GROUPS
 
 BASELINE = "noadapt"
@@ -162,10 +162,8 @@ def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     existed lack it, newer ones hold its default."""
     return {
         key: value
-        for key, value in spec.items()
-        if key not in _PLACEMENT_FIELDS | {"hparams"}
-        and value not in (None, {}, [])
-        and not (key in LATER_FIELDS and value == LATER_FIELDS[key])
+        for key, value in without_later_defaults(spec).items()
+        if key not in _PLACEMENT_FIELDS | {"hparams"} and value not in (None, {}, [])
     }
 
 
