@@ -84,7 +84,7 @@ def test_rdumb_is_judged_on_every_cell_its_reset_cannot_reach_by_the_unguarded_r
     assert [score.guard for score in guard_scores(rows[:4])] == ["none"]  # no guard ran: none compared
 
 
-def test_a_field_at_its_empty_default_is_the_same_cell_as_a_run_stored_before_the_field():
+def test_a_run_stored_before_a_field_existed_is_the_same_cell_as_one_with_it_at_its_default():
     """The study's first unguarded runs have no ``prelude``; its guarded runs have ``prelude: {}``. Their
     gain is the guard's to keep: a cell that matched only its NoAdapt would leave it out of the sum."""
     rows = [
