@@ -36,6 +36,7 @@ def test_each_guard_counts_its_losses_gain_kept_and_false_alarms():
     assert (rdumb.cells, rdumb.lost, rdumb.gain_kept, rdumb.stand_ins) == (3, none.lost, 1.0, 3)
     assert (auto.guard, auto.cells, auto.lost) == ("auto", 3, ())
     assert round(auto.gain_kept, 6) == round(5 / 6, 6) and auto.alarms_per_100 == 0.5
+    assert (round(auto.kept, 6), round(auto.gained, 6)) == (5.0, 6.0)  # the sums, in points
     assert sar.guard == "sar" and len(sar.lost) == 2 and round(sar.gain_kept, 6) == round(-1 / 6, 6)
     assert sar.lost[0] == "resnet20 Tent, label_shift, Fog: 40.0 (NoAdapt 70.0)"
     # NoAdapt less the guard, averaged: (50 − 4 − 2) / 3 unguarded, (0.5 − 3 − 2) / 3 with auto (above)
@@ -45,8 +46,8 @@ def test_each_guard_counts_its_losses_gain_kept_and_false_alarms():
         round(31 / 3, 6),
     ]
     text = to_markdown([none, auto, sar])
-    assert "| auto | 3 | 0 | -1.50 | 83 % | 0.50 (1 in 200) |" in text
-    assert "| none | 3 | 1 | 14.67 | 100 % | – |" in text
+    assert "| auto | 3 | 0 | -1.50 | 83 % (5.0 of 6.0) | 0.50 (1 in 200) |" in text
+    assert "| none | 3 | 1 | 14.67 | 100 % (6.0 of 6.0) | – |" in text
     assert "Lost with `sar`:" in text and "Lost with `none`" not in text
 
 

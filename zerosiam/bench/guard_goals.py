@@ -48,12 +48,19 @@ class GuardScore:
     guard: str
     cells: int
     lost: tuple[str, ...]
-    gain_kept: float | None  # a fraction; None where the unguarded method gained nowhere
+    gained: float  # the unguarded gains over NoAdapt summed where there are gains, in points
+    kept: float  # this guard's gains over NoAdapt summed over the same cells, in points
     mild_batches: int
     mild_triggers: int
     stand_ins: int = 0  # cells judged on the unguarded run: rdumb on streams shorter than its period
     stood_in_lost: tuple[str, ...] = ()  # the lost cells among those, listed with the unguarded losses
     mean_below: float | None = None  # NoAdapt less the guard, averaged over the cells, in points
+
+    @property
+    def gain_kept(self) -> float | None:
+        """The share of the unguarded gains this guard keeps; None where the unguarded method gained
+        nowhere."""
+        return self.kept / self.gained if self.gained else None
 
     @property
     def alarms_per_100(self) -> float | None:
@@ -129,7 +136,8 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
                 guard,
                 len(judged),
                 tuple(text[cell] for cell in lost),
-                kept / gained if gained else None,
+                gained,
+                kept,
                 batches,
                 triggers,
                 len(stood_in),
@@ -178,7 +186,11 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for score in scores:
-        kept = "–" if score.gain_kept is None else f"{100 * score.gain_kept:.0f} %"
+        kept = (
+            "–"
+            if score.gain_kept is None
+            else f"{100 * score.gain_kept:.0f} % ({score.kept:.1f} of {score.gained:.1f})"
+        )
         alarms = score.alarms_per_100
         alarm_text = (
             "–" if alarms is None else f"{alarms:.2f} ({score.mild_triggers} in {score.mild_batches})"
@@ -191,7 +203,8 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         "",
         "Mean below NoAdapt: NoAdapt's accuracy less the guard's, averaged over the cells, in points "
         "(negative: above NoAdapt on average). Gain kept: over the cells where the unguarded method beats "
-        "NoAdapt, the guarded gain summed as a share of the unguarded gain summed.",
+        "NoAdapt, the guarded gain summed as a share of the unguarded gain summed (the two sums in points, "
+        "in brackets).",
     ]
     lines += [
         f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs (streams of "
