@@ -144,7 +144,7 @@ class SourceProbe:
 
     Until then ``auto`` ran with both off (its runs kept as ``auto[relative=false,escalate=false]``).
     Over the 307 cells of the guard grid where ``auto`` is run, both on leave 32 cells more than a point
-    below not adapting against 51 and keep 72 % of the gains against 51 %, firing on 0.22 of 100 mild
+    below not adapting against 51 and keep 77 % of the gains against 57 %, firing on 0.22 of 100 mild
     batches against 0.45; they lose more on the ResNet-26 (11 of its 86 falls, gains and noise-prefix
     cells against 8), where a lower bar catches a collapse later (``docs/guard.md``).
     """
