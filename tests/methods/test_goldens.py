@@ -19,6 +19,9 @@ from tests.conftest import needs_assets
 from tests.methods.goldens import GOLDENS, compute
 
 pytestmark = [needs_assets(), pytest.mark.slow]
+# Diagnostics recorded since the goldens were written, beside what they computed: SAM's second objective,
+# which SAR's reset reads (a run's record replays it: zerosiam.parts.guards.sar_replayed).
+RECORDED_SINCE = {"last_objective"}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +58,8 @@ def test_the_adapter_reproduces_its_goldens(recomputed, case):
     for step, (e, a) in enumerate(zip(expected["steps"], actual["steps"], strict=True)):
         assert e["classes"] == a["classes"], f"{case}: step {step}'s predictions changed"
         _close_sum(e, a, f"{case}: step {step}'s logits")
-        assert sorted(e["history"]) == sorted(a["history"]), f"{case}: step {step}'s diagnostics"
+        recorded = sorted(set(a["history"]) - RECORDED_SINCE)
+        assert sorted(e["history"]) == recorded, f"{case}: step {step}'s diagnostics"
         for key, value in e["history"].items():
             _close(value, a["history"][key], f"{case}: step {step}'s {key}")
     for when in ("frozen", "after_reset"):

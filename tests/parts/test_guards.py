@@ -12,7 +12,16 @@ import zerosiam
 from tests.toys import norm_params, tiny
 from zerosiam.bench.runner import RunSpec
 from zerosiam.methods import Adapter, Frozen
-from zerosiam.parts.guards import GUARDS, OnRecovery, Periodic, SourceProbe, guard_named, triggers_by_bar
+from zerosiam.parts.guards import (
+    GUARDS,
+    OnRecovery,
+    Periodic,
+    SourceProbe,
+    guard_named,
+    never_acts,
+    sar_replayed,
+    triggers_by_bar,
+)
 from zerosiam.parts.layout import layout_for
 from zerosiam.parts.recovery import ema_below
 
@@ -386,3 +395,38 @@ def test_with_rows_a_full_step_is_judged_on_that_many_images_spread_over_its_bat
         spread(learner, x, _calls(called), [])
     assert learner.probed == [64, 16]
     assert float(whole.signals["agreement"]) == 0.25 and float(spread.signals["agreement"]) == 1.0
+
+
+def test_sars_rule_replayed_on_an_unguarded_run_says_whether_and_where_the_sar_guard_fires():
+    """Until it fires a guard has changed nothing: where the replay never fires, the unguarded run is the
+    ``sar`` guard's run (what lets a grid leave that run out: bench.execution, guard_goals)."""
+
+    def both(scale: float, steps: int) -> tuple[dict, list[int], list[bool]]:
+        plain = zerosiam.adapt(tiny(scale=scale), "tent", lr=5.0)
+        worn = zerosiam.adapt(tiny(scale=scale), "tent", lr=5.0, guard="sar")
+        same = [torch.equal(plain(x), worn(x)) for x in _batches(steps)]
+        return sar_replayed(plain.history), _fired(worn), same
+
+    replayed, fired, same = both(scale=5.0, steps=12)
+    assert replayed == {"sar_guard_fires": False} and fired == [] and all(same)
+    assert never_acts("sar", replayed)
+    replayed, fired, same = both(scale=8.0, steps=20)
+    assert replayed == {"sar_guard_fires": True, "sar_guard_first_step": 14} and fired == [
+        13
+    ]  # counted from 0
+    assert all(same[:14]) and not same[14] and not never_acts("sar", replayed)
+    assert sar_replayed(zerosiam.adapt(tiny(), "noadapt").history) == {}  # nothing recorded, nothing said
+
+
+def test_on_a_sar_run_the_replay_reads_sams_second_objective_and_fires_where_sars_own_reset_did():
+    adapter = zerosiam.adapt(tiny(scale=20.0), "sar", lr=0.5)
+    for x in _batches(6):
+        adapter(x)
+    resets = [row["step"] for row in adapter.history if row["recovered"]]
+    assert resets and sar_replayed(adapter.history)["sar_guard_first_step"] == resets[0] + 1
+    assert all("last_objective" in row for row in adapter.history)
+
+
+def test_rdumb_never_acts_on_a_run_shorter_than_its_period():
+    assert never_acts("rdumb", {"steps": 999}) and not never_acts("rdumb", {"steps": 1000})
+    assert not never_acts("auto", {"steps": 10, "sar_guard_fires": False})  # no rule says so for auto

@@ -8,7 +8,7 @@ by skipping the runs whose rows exist: none is lost, none is duplicated.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
@@ -16,10 +16,11 @@ from zerosiam import corruptions
 from zerosiam.bench import datasets
 from zerosiam.bench.backends import BACKENDS
 from zerosiam.bench.checkpoint import Checkpointing
-from zerosiam.bench.spec import KIND, RunSpec
+from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import Failure, ResultStore
 from zerosiam.bench.tasks import Execution, Outcome, Progress, run_ids_of, tasks_of
 from zerosiam.corruptions.datasets import load_corrupted
+from zerosiam.parts.guards import never_acts
 from zerosiam.protocols import MIXED
 
 __all__ = ["Execution", "execute", "pending", "prepare_data"]
@@ -36,8 +37,19 @@ def prepare_data(specs: Iterable[RunSpec]) -> None:
 
 
 def pending(specs: Iterable[RunSpec], store: ResultStore) -> list[RunSpec]:
-    """The runs with no stored result: never run, interrupted, or failed before."""
-    return [spec for spec in specs if not store.has(spec.run_id)]
+    """The runs with no stored result (never run, interrupted, or failed before), less those that are
+    their stored unguarded run (``same_as_unguarded``)."""
+    return [spec for spec in specs if not store.has(spec.run_id) and not same_as_unguarded(spec, store)]
+
+
+def same_as_unguarded(spec: RunSpec, store: ResultStore) -> bool:
+    """Whether ``spec`` wears a guard that never acts on its unguarded run, stored in ``store``
+    (``zerosiam.parts.guards.never_acts``): its run would be that run step for step, so it is not made,
+    and the guards' report judges the guard on the unguarded run (``guard_goals``)."""
+    if spec.guard == NO_GUARD:
+        return False
+    unguarded = replace(spec, guard=NO_GUARD).run_id
+    return store.has(unguarded) and never_acts(spec.guard, store.get(unguarded)["metrics"])
 
 
 def execute(
@@ -50,7 +62,8 @@ def execute(
     only in their corruption and seed run as streams of one adapter (``tasks_of``): the same results, up to
     float rounding, in a fraction of the time. Every ``checkpoint_every`` seconds (None: never) a task saves
     its progress beside the store, so that a grid stopped part-way goes on with its unfinished runs from
-    there; a task's checkpoint is removed once all its runs are stored."""
+    there; a task's checkpoint is removed once all its runs are stored. The unguarded runs go first: a
+    guarded run that its unguarded run shows to be that run (``same_as_unguarded``) is not made."""
     execution = execution or Execution()
     todo = pending(specs, store)
     if not todo:
@@ -59,15 +72,32 @@ def execute(
     if backend is None:
         raise ValueError(f"unknown backend {execution.backend!r}; choose one of {sorted(BACKENDS)}")
     prepare_data(todo)
-    tasks = tasks_of(todo, execution.stack)
     every = execution.checkpoint_every
     checkpointing = None if every is None else Checkpointing.beside(store.path, every)
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", disable=not execution.progress)
-    task_of = {run_id: ids for ids in map(run_ids_of, tasks) for run_id in ids}
-    driver = _Driver(store, task_of, checkpointing, bar)
-    backend(tasks, execution, driver.store_outcome, driver.show, checkpointing)
+    driver = _Driver(store, {}, checkpointing, bar)
+    ran = 0
+    for runs in _unguarded_first(todo):
+        left = pending(runs, store)  # less the guarded runs the first round's unguarded runs turned out to be
+        bar.update(len(runs) - len(left))
+        if not left:
+            continue
+        tasks = tasks_of(left, execution.stack)
+        driver.task_ids.update({run_id: ids for ids in map(run_ids_of, tasks) for run_id in ids})
+        backend(tasks, execution, driver.store_outcome, driver.show, checkpointing)
+        ran += len(left)
     bar.close()
-    return len(todo), driver.failures
+    return ran, driver.failures
+
+
+def _unguarded_first(specs: list[RunSpec]) -> list[list[RunSpec]]:
+    """The runs in two rounds: the guarded runs whose unguarded run is among them last, so that where it
+    shows the guard never acts, the guarded run is not made (``pending``)."""
+    unguarded = {spec.run_id for spec in specs if spec.guard == NO_GUARD}
+    waits = [spec.guard != NO_GUARD and replace(spec, guard=NO_GUARD).run_id in unguarded for spec in specs]
+    first = [spec for spec, wait in zip(specs, waits, strict=True) if not wait]
+    later = [spec for spec, wait in zip(specs, waits, strict=True) if wait]
+    return [first, later] if later else [first]
 
 
 @dataclass

@@ -14,10 +14,13 @@ seed, ...); its NoAdapt is the unguarded, non-adapting run of the same stream. P
 
 The third goal, ahead of the guards people use, is the comparison of these rows.
 
-``rdumb`` resets on a clock, every :data:`RDUMB_EVERY` steps: on a stream of fewer steps it never acts,
-and its run is the unguarded run step for step. Where a grid did not run it on such a stream, the
-unguarded run stands in for it (counted apart, in ``stand_ins``), so that every guard is judged on the
-same cells without hundreds of runs that could only repeat the unguarded ones.
+A guard that never acts on a run leaves it as it was. ``rdumb`` resets on a clock, every
+:data:`RDUMB_EVERY` steps, so on a stream of fewer steps it never acts; ``sar``'s rule, replayed on an
+unguarded run's objective (its ``sar_guard_fires`` metric), may never fire on it. Where a store has no
+run of such a guard on such a cell (a grid leaves ``rdumb`` off the short streams, ``zerosiam bench``
+does not run what a stored unguarded run already shows), the unguarded run stands in for it (counted
+apart, in ``stand_ins``), so that every guard is judged on the same cells without runs that could only
+repeat the unguarded ones.
 """
 
 from __future__ import annotations
@@ -32,11 +35,17 @@ from typing import Any
 from zerosiam.bench.names import method_name
 from zerosiam.bench.spec import NO_GUARD, without_later_defaults
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
-from zerosiam.parts.guards import RDUMB_EVERY
+from zerosiam.parts.guards import RDUMB_EVERY, never_acts
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
 RDUMB = "rdumb"
+SAR = "sar"
+# The guards an unguarded run stands in for where they never act on it (``never_acts``), and where that is.
+STOOD_IN = {
+    RDUMB: f"streams of fewer than {RDUMB_EVERY:,} steps, where its reset never comes",
+    SAR: "runs on which its rule, replayed on their objective, never fires",
+}
 # Spec fields that do not change the stream a NoAdapt run sees.
 NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})
 
@@ -52,7 +61,7 @@ class GuardScore:
     kept: float  # this guard's gains over NoAdapt summed over the same cells, in points
     mild_batches: int
     mild_triggers: int
-    stand_ins: int = 0  # cells judged on the unguarded run: rdumb on streams shorter than its period
+    stand_ins: int = 0  # cells judged on the unguarded run, where this guard never acts on it
     stood_in_lost: tuple[str, ...] = ()  # the lost cells among those, listed with the unguarded losses
     mean_below: float | None = None  # NoAdapt less the guard, averaged over the cells, in points
 
@@ -96,8 +105,8 @@ def _label(spec: Mapping[str, Any]) -> str:
 def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
     """The goals of every guard among ``rows`` (vision rows of one store), ``none`` first. Cells without
     a NoAdapt run of their stream are left out; accuracies are compared in points. When any guard ran,
-    ``rdumb`` is judged on every cell, its missing runs on short streams stood in for (module docstring)."""
-    rows, stand_ins = _with_idle_rdumb(list(rows))
+    its missing runs where it never acts are stood in for by the unguarded ones (module docstring)."""
+    rows, stand_ins = _with_stand_ins(list(rows))
     baseline: dict[str, float] = {}
     accuracy: dict[str, dict[str, float]] = defaultdict(dict)  # guard → cell → accuracy (points)
     specs: dict[str, Mapping[str, Any]] = {}
@@ -121,7 +130,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
         judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
         ordered = sorted(judged, key=lambda cell: _label(specs[cell]))
         lost = [cell for cell in ordered if judged[cell] < reference[cell] - LOSS]
-        stood_in = stand_ins & judged.keys() if guard == RDUMB else set()
+        stood_in = {cell for worn, cell in stand_ins if worn == guard} & judged.keys()
         gaining = [cell for cell in judged if cell in unguarded and unguarded[cell] > reference[cell]]
         gained = sum(unguarded[cell] - reference[cell] for cell in gaining)
         kept = sum(judged[cell] - reference[cell] for cell in gaining)
@@ -148,32 +157,31 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
     return scores
 
 
-def _with_idle_rdumb(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], set[str]]:
-    """``rows`` and, for each unguarded adapting run of fewer than :data:`RDUMB_EVERY` steps whose cell
-    has no ``rdumb`` run, that run as ``rdumb``'s (it never triggers); with the cells stood in for. Only
-    when some guard ran: a store of unguarded runs compares no guards."""
+def _with_stand_ins(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], set[tuple[str, str]]]:
+    """``rows`` and, for each unguarded adapting run and each guard of :data:`STOOD_IN` that never acts on
+    it and has no run of its own in that cell, that run as the guard's; with the (guard, cell) pairs
+    stood in for. Only when some guard ran: a store of unguarded runs compares no guards."""
     guarded = {row["spec"].get("guard", NO_GUARD) for row in rows} - {NO_GUARD}
     if not guarded:
         return rows, set()
-    ran = {_key(row["spec"], {"guard"}) for row in rows if row["spec"].get("guard") == RDUMB}
-    stand_ins: dict[str, Mapping[str, Any]] = {}  # cell → the unguarded row as rdumb's
+    ran = {(row["spec"].get("guard", NO_GUARD), _key(row["spec"], {"guard"})) for row in rows}
+    stand_ins: dict[tuple[str, str], Mapping[str, Any]] = {}  # (guard, cell) → the unguarded row, worn
     for row in rows:
-        spec, metrics = row["spec"], row["metrics"]
-        idle = int(metrics.get("steps") or RDUMB_EVERY) < RDUMB_EVERY
-        unguarded = spec.get("guard", NO_GUARD) == NO_GUARD and spec["method"] != BASELINE
-        if not (unguarded and idle):
+        spec = row["spec"]
+        if spec.get("guard", NO_GUARD) != NO_GUARD or spec["method"] == BASELINE:
             continue
         cell = _key(spec, {"guard"})
-        if cell not in ran:
-            stand_ins[cell] = _as_rdumb(row)
+        for guard in STOOD_IN:
+            if (guard, cell) not in ran and never_acts(guard, row["metrics"]):
+                stand_ins[guard, cell] = _as_worn(row, guard)
     return rows + list(stand_ins.values()), set(stand_ins)
 
 
-def _as_rdumb(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An unguarded ``row`` as the ``rdumb`` run it equals on a stream shorter than its period."""
+def _as_worn(row: Mapping[str, Any], guard: str) -> dict[str, Any]:
+    """An unguarded ``row`` as the run wearing ``guard`` that it equals, the guard never acting on it."""
     return {
         **row,
-        "spec": {**row["spec"], "guard": RDUMB},
+        "spec": {**row["spec"], "guard": guard},
         "metrics": {**row["metrics"], "guard_triggers": 0},
     }
 
@@ -207,8 +215,8 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         "in brackets).",
     ]
     lines += [
-        f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs (streams of "
-        f"fewer than {RDUMB_EVERY:,} steps, where its reset never comes; their losses are not listed)."
+        f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs "
+        f"({STOOD_IN[score.guard]}; their losses are not listed)."
         for score in scores
         if score.stand_ins
     ]

@@ -47,7 +47,7 @@ from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
 from zerosiam.methods.speed import Speed
-from zerosiam.parts.guards import triggers_by_bar
+from zerosiam.parts.guards import sar_replayed, triggers_by_bar
 from zerosiam.parts.precision import forward_precision
 from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
@@ -259,6 +259,8 @@ def _results(
             metrics["streams"] = len(specs)
         if spec.prelude:
             metrics["prelude_accuracy"] = score.prelude_accuracy
+        else:  # a relay's two legs each have their own guard: no one rule to replay over both
+            metrics.update(sar_replayed(history))
         if first:
             metrics["resumed_from_step"] = first
         results.append(Result(one, metrics, _curves(history, score.curve()), env))

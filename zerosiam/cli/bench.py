@@ -204,7 +204,7 @@ def _every(asked: float | None, default: float) -> float | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from zerosiam.bench.execution import execute
+    from zerosiam.bench.execution import execute, same_as_unguarded
     from zerosiam.bench.spec import KIND
     from zerosiam.bench.store import ResultStore
 
@@ -223,7 +223,10 @@ def main(args: argparse.Namespace) -> int:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise
     failed = f", {len(failures)} failed" if failures else ""
-    print(f"{ran - len(failures)} run(s) executed{failed}, {len(specs) - ran} already in {args.db}")
+    same = sum(not store.has(spec.run_id) and same_as_unguarded(spec, store) for spec in specs)
+    spared = f", {same} the same as their stored unguarded run (their guard never acts on it)" if same else ""
+    stored = len(specs) - ran - same
+    print(f"{ran - len(failures)} run(s) executed{failed}, {stored} already in {args.db}{spared}")
     if not args.no_report:
         from zerosiam.bench.report import build_tables, to_markdown
 

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from zerosiam.methods.guardable import Guardable
 from zerosiam.methods.online import NonFiniteInputError, OnlineModel, Settings
 from zerosiam.methods.recipe import Recipe
-from zerosiam.parts.contract import Batch, Evaluation
+from zerosiam.parts.contract import Batch, Evaluation, plain_step
 from zerosiam.parts.learner import GradientLearner, keyword_options
 from zerosiam.parts.losses import entropy
 from zerosiam.parts.norms import BatchStatistics
@@ -118,9 +118,12 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
     def _step_record(self, evaluations: list[Evaluation], recovered: Tensor | None) -> dict[str, Any]:
         """What the step did: its loss terms, how many samples each stream kept, whether each stream
         moved (its last evaluation, SAM's second, kept a sample and the step was not skipped), why not,
-        and whether it was reset."""
+        and whether it was reset. A step of more than one evaluation (SAM) also keeps its last objective
+        (``last_objective``), the value a recovery rule reads, so that one can be replayed on the record."""
         first, last = evaluations[0], evaluations[-1]
         record: dict[str, Any] = dict(first.terms) if self.settings.diagnostics else {}
+        if record and self.recipe.step is not plain_step and "objective" in last.terms:
+            record["last_objective"] = last.terms["objective"]  # the first's where the second did not run
         layout = self.layout
         if first.filtered:
             record["selected"] = layout.value(layout.rows(first.mask).sum(-1))

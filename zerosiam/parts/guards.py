@@ -19,6 +19,7 @@ guard="auto")``), and every trigger is recorded in the step's diagnostics (``gua
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from torch import Tensor
 
 from zerosiam.parts.contract import Evaluation, GuardedLearner, Recovery
 from zerosiam.parts.losses import probability_entropy
-from zerosiam.parts.recovery import ema_below
+from zerosiam.parts.recovery import EmaBelow, ema_below
 
 RDUMB_EVERY = 1000  # RDumb (Press et al., 2023): reset every 1,000 steps
 
@@ -350,6 +351,32 @@ def triggers_by_bar(history: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
+def sar_replayed(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the ``sar`` guard would have fired on a run, and at which step, for its metrics: SAR's rule
+    replayed on the objective each step of ``history`` (one stream's step records) recorded, as the guard
+    reads it (``EmaBelow.first_fire``). Empty when no step recorded an objective."""
+    objectives = [row.get("last_objective", row.get("objective")) for row in history]
+    if all(value is None for value in objectives):
+        return {}
+    first = _sar_rule().first_fire(math.nan if value is None else float(value) for value in objectives)
+    return {"sar_guard_fires": first is not None} | ({} if first is None else {"sar_guard_first_step": first})
+
+
+def never_acts(name: str, metrics: dict[str, Any]) -> bool:
+    """Whether the guard ``name`` would never act on the unguarded run whose ``metrics`` these are, so
+    that the run wearing it is that run step for step (a guard that has not acted has changed nothing):
+    ``rdumb`` on fewer steps than its period, ``sar`` where its rule replayed on the run never fires."""
+    if name == "rdumb":
+        return int(metrics.get("steps") or RDUMB_EVERY) < RDUMB_EVERY
+    if name == "sar":
+        return metrics.get("sar_guard_fires") is False
+    return False
+
+
+def _sar_rule() -> EmaBelow:
+    return ema_below(0.2)  # methods.md: SAR, reset when ema < 0.2
+
+
 def _histogram(classes: Tensor, count: int) -> Tensor:
     """Per stream, the fraction of rows predicting each class: ``[B, n]`` → ``[B, count]``."""
     one_hot = torch.nn.functional.one_hot(classes, count).float()
@@ -361,7 +388,7 @@ Guard = Callable[[GuardedLearner, Tensor, Tensor, list[Evaluation]], Tensor]
 GUARDS: dict[str, Callable[[], Guard | None]] = {
     "none": lambda: None,
     "rdumb": Periodic,
-    "sar": lambda: OnRecovery(ema_below(0.2)),  # methods.md: SAR, reset when ema < 0.2
+    "sar": lambda: OnRecovery(_sar_rule()),
     "auto": SourceProbe,
 }
 

@@ -9,6 +9,7 @@ the flagged streams' weights).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -47,6 +48,19 @@ class EmaBelow:
 
     def _follow(self, ema: float | None, value: float) -> float:
         return value if ema is None else self.momentum * ema + (1 - self.momentum) * value
+
+    def first_fire(self, objectives: Iterable[float]) -> int | None:
+        """The step (counted from 1) at which this rule, fresh, would first fire on one stream's
+        ``objectives``, a value a step as ``__call__`` reads it (NaN: no sample kept); None if never.
+        Until a reset fires a run is the same with the rule or without it, so this says, from a run
+        made without it, whether a run with it would have differed at all."""
+        ema = None
+        for step, value in enumerate(objectives, start=1):
+            if math.isfinite(value):
+                ema = self._follow(ema, value)
+                if ema < self.floor:
+                    return step
+        return None
 
     def reset(self) -> None:
         self.ema = None
