@@ -287,21 +287,29 @@ def test_local_workers_send_their_steps_to_the_driver(tmp_path):
     assert shown[-1] == []
 
 
+@pytest.mark.parametrize("guard", ["sar", "auto"])
 def test_a_guarded_run_that_its_unguarded_run_shows_to_be_that_run_is_not_made(
-    fake_domains, tiny_model, tmp_path
+    fake_domains, tiny_model, tmp_path, guard
 ):
-    """SAR's rule replayed on a stored unguarded run (its ``sar_guard_fires``) spares the ``sar`` run where it
-    never fires: the guard would never have acted. Where it fires, the guarded run is made."""
+    """SAR's rule replayed on a stored unguarded run (its ``sar_guard_fires``), or ``auto`` watching it as
+    it ran (``auto_guard_fires``), spares the guarded run where it never fires: the guard would never have
+    acted. Where it fires, the guarded run is made."""
     from zerosiam.bench.guard_goals import guard_scores
 
     specs = Grid(models=["resnet20"], methods=["noadapt", "tent"], corruptions=["fog", "snow"],
-                 protocols=["bs1"], guards=["none", "sar"], sweep={"lr": [1e-4, 1000.0]}).specs()  # fmt: skip
+                 protocols=["bs1"], guards=["none", guard], sweep={"lr": [1e-4, 1000.0]}).specs()  # fmt: skip
     store = ResultStore(tmp_path / "guards.db")
     assert execute(specs, store, Execution(backend="inline", progress=False)) == (8, [])  # of 10: 2 spared
     spared = [s for s in specs if not store.has(s.run_id)]
-    assert [(s.guard, s.hparams["lr"]) for s in spared] == [("sar", 1e-4)] * 2
-    made = [store.get(s.run_id)["metrics"] for s in specs if s.guard == "sar" and store.has(s.run_id)]
-    assert all(m["sar_guard_fires"] and m["guard_triggers"] for m in made)
+    assert [(s.guard, s.hparams["lr"]) for s in spared] == [(guard, 1e-4)] * 2
+    made = [store.get(s.run_id)["metrics"] for s in specs if s.guard == guard and store.has(s.run_id)]
+    assert len(made) == 2 and all(m["guard_triggers"] for m in made)
+    worn = [s for s in specs if s.guard == guard]
+    unguarded = [store.get(dataclasses.replace(s, guard="none").run_id)["metrics"] for s in worn]
+    fires = {
+        (s.hparams["lr"], metrics[f"{guard}_guard_fires"]) for s, metrics in zip(worn, unguarded, strict=True)
+    }
+    assert fires == {(1e-4, False), (1000.0, True)}
     alone = ResultStore(tmp_path / "alone.db")  # no unguarded run there: the spared runs are made
     assert execute(spared, alone, Execution(backend="inline", progress=False)) == (2, [])
     for spec in spared:
@@ -310,5 +318,5 @@ def test_a_guarded_run_that_its_unguarded_run_shows_to_be_that_run_is_not_made(
         assert worn["metrics"]["guard_triggers"] == 0
         assert worn["metrics"]["accuracy"] == unguarded["metrics"]["accuracy"]
         assert worn["curves"]["accuracy"] == unguarded["curves"]["accuracy"]
-    sar = next(score for score in guard_scores(store.rows("vision")) if score.guard == "sar")
-    assert (sar.cells, sar.stand_ins) == (4, 2)  # judged on every cell, 2 of them by the unguarded run
+    score = next(score for score in guard_scores(store.rows("vision")) if score.guard == guard)
+    assert (score.cells, score.stand_ins) == (4, 2)  # judged on every cell, 2 of them by the unguarded run

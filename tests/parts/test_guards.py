@@ -17,6 +17,8 @@ from zerosiam.parts.guards import (
     OnRecovery,
     Periodic,
     SourceProbe,
+    Watch,
+    auto_watched,
     guard_named,
     never_acts,
     sar_replayed,
@@ -429,4 +431,47 @@ def test_on_a_sar_run_the_replay_reads_sams_second_objective_and_fires_where_sar
 
 def test_rdumb_never_acts_on_a_run_shorter_than_its_period():
     assert never_acts("rdumb", {"steps": 999}) and not never_acts("rdumb", {"steps": 1000})
-    assert not never_acts("auto", {"steps": 10, "sar_guard_fires": False})  # no rule says so for auto
+    assert not never_acts(
+        "auto", {"steps": 10, "sar_guard_fires": False}
+    )  # SAR's replay says nothing of auto
+
+
+def _watched_worn_plain(
+    lr: float, batches: list[torch.Tensor], streams: int = 1
+) -> list[tuple[Adapter, list]]:
+    """The same stream under ``auto``'s watch, wearing ``auto`` (a probe every 2 steps of 8 rows, made
+    to fire on this toy) and plain: each adapter with its outputs."""
+
+    guards = [Watch(SourceProbe(every=2, min_agreement=0.8)), SourceProbe(every=2, min_agreement=0.8), None]
+    adapters = [zerosiam.adapt(tiny(scale=5.0), "tent", lr=lr, streams=streams, guard=g) for g in guards]
+    return [(adapter, [adapter(x) for x in batches]) for adapter in adapters]
+
+
+def _equal_steps(outputs: list, others: list) -> list[bool]:
+    return [torch.equal(a, b) for a, b in zip(outputs, others, strict=True)]
+
+
+def test_autos_watch_changes_nothing_and_names_the_step_at_which_auto_would_first_act():
+    """Until ``auto`` acts it has changed nothing: where its watch never fires, the unguarded run is the
+    ``auto`` run (what lets a grid leave that run out: bench.execution, guard_goals)."""
+    (watched, seen), (worn, worn_out), (plain, plain_out) = _watched_worn_plain(2.0, _batches(10, seed=4))
+    assert _fired(watched) == [] and all(_equal_steps(seen, plain_out))
+    first = _fired(worn)[0]  # counted from 0
+    assert auto_watched(watched.history) == {"auto_guard_fires": True, "auto_guard_first_step": first + 1}
+    same = _equal_steps(worn_out, plain_out)
+    assert all(same[: first + 1]) and not all(same)
+    assert not never_acts("auto", auto_watched(watched.history))
+
+    (watched, _), (worn, worn_out), (plain, plain_out) = _watched_worn_plain(1e-3, _batches(10, seed=4))
+    assert auto_watched(watched.history) == {"auto_guard_fires": False} and _fired(worn) == []
+    assert never_acts("auto", auto_watched(watched.history)) and all(_equal_steps(worn_out, plain_out))
+    assert auto_watched(plain.history) == {}  # not watched, nothing said
+
+
+def test_stacked_streams_are_watched_as_lone_ones():
+    batches = _batches(10, streams=3, seed=4)
+    stacked = _watched_worn_plain(2.0, batches, streams=3)[0][0]
+    for s in range(3):
+        alone = _watched_worn_plain(2.0, [x[8 * s : 8 * (s + 1)] for x in batches])[0][0]
+        assert auto_watched(stacked.stream_history(s)) == auto_watched(alone.history)
+    assert any(auto_watched(stacked.stream_history(s))["auto_guard_fires"] for s in range(3))

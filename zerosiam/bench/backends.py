@@ -37,6 +37,7 @@ def _worker(
     device: str,
     checkpointing: Checkpointing | None = None,
     speed: Speed | None = None,
+    watch: bool = False,
 ) -> None:
     """A local worker process: runs the tasks it is sent, one at a time, and sends back the ``Progress``
     of each, then its outcomes. Ctrl-C reaches the whole process group; the driver handles it and stops
@@ -44,7 +45,8 @@ def _worker(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(EOFError, BrokenPipeError):  # the driver is gone (even killed): so is the work
         while (task := connection.recv()) is not None:
-            connection.send(attempt(task, threads, device, throttled(connection.send), checkpointing, speed))
+            report = throttled(connection.send)
+            connection.send(attempt(task, threads, device, report, checkpointing, speed, watch))
 
 
 @dataclass
@@ -78,7 +80,7 @@ def run_local(
         ours, theirs = context.Pipe()
         device = devices[index % len(devices)] if devices else execution.device
         # not a daemon: its run may start DataLoader workers of its own; it ends with the driver's pipe
-        args = (theirs, execution.threads, device, checkpointing, execution.speed)
+        args = (theirs, execution.threads, device, checkpointing, execution.speed, execution.watch)
         process = context.Process(target=_worker, args=args)
         process.start()
         theirs.close()
@@ -182,7 +184,8 @@ def run_ray(
         device = "cuda" if execution.gpus_per_run > 0 else execution.device
         task = ray.remote(num_cpus=threads, num_gpus=execution.gpus_per_run, max_retries=0)(attempt)
         tasks = {
-            task.remote(runs, threads, device, None, checkpointing, execution.speed): runs for runs in todo
+            task.remote(runs, threads, device, None, checkpointing, execution.speed, execution.watch): runs
+            for runs in todo
         }
         refs = list(tasks)
         while refs:
@@ -209,7 +212,9 @@ def run_inline(
     """Tasks one after another in this process: for debugging and tests (peak memory is the process's)."""
     report = throttled(lambda progress: show([progress]))
     for task in todo:
-        outcomes = attempt(task, execution.threads, execution.device, report, checkpointing, execution.speed)
+        outcomes = attempt(
+            task, execution.threads, execution.device, report, checkpointing, execution.speed, execution.watch
+        )
         with signals_deferred():
             for outcome in outcomes:
                 sink(outcome)

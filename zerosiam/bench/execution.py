@@ -63,11 +63,14 @@ def execute(
     float rounding, in a fraction of the time. Every ``checkpoint_every`` seconds (None: never) a task saves
     its progress beside the store, so that a grid stopped part-way goes on with its unfinished runs from
     there; a task's checkpoint is removed once all its runs are stored. The unguarded runs go first: a
-    guarded run that its unguarded run shows to be that run (``same_as_unguarded``) is not made."""
+    guarded run that its unguarded run shows to be that run (``same_as_unguarded``) is not made. Where the
+    grid wears ``auto``, its unguarded runs are watched by it (``Execution.watch``), which is how they show
+    it: a watch costs a run ``auto``'s probe, where the run with ``auto`` would cost a whole run."""
     execution = execution or Execution()
     todo = pending(specs, store)
     if not todo:
         return 0, []
+    execution = replace(execution, watch=execution.watch or any(spec.guard == "auto" for spec in todo))
     backend = BACKENDS.get(execution.backend)
     if backend is None:
         raise ValueError(f"unknown backend {execution.backend!r}; choose one of {sorted(BACKENDS)}")

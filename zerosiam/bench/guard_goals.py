@@ -16,11 +16,12 @@ The third goal, ahead of the guards people use, is the comparison of these rows.
 
 A guard that never acts on a run leaves it as it was. ``rdumb`` resets on a clock, every
 :data:`RDUMB_EVERY` steps, so on a stream of fewer steps it never acts; ``sar``'s rule, replayed on an
-unguarded run's objective (its ``sar_guard_fires`` metric), may never fire on it. Where a store has no
-run of such a guard on such a cell (a grid leaves ``rdumb`` off the short streams, ``zerosiam bench``
-does not run what a stored unguarded run already shows), the unguarded run stands in for it (counted
-apart, in ``stand_ins``), so that every guard is judged on the same cells without runs that could only
-repeat the unguarded ones.
+unguarded run's objective (its ``sar_guard_fires`` metric), may never fire on it; ``auto``, watching an
+unguarded run (its ``auto_guard_fires`` metric, where ``zerosiam bench`` watched it), may never fire
+either. Where a store has no run of such a guard on such a cell (a grid leaves ``rdumb`` off the short
+streams, ``zerosiam bench`` does not run what a stored unguarded run already shows), the unguarded run
+stands in for it (counted apart, in ``stand_ins``), so that every guard is judged on the same cells
+without runs that could only repeat the unguarded ones.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
 RDUMB = "rdumb"
 SAR = "sar"
+AUTO = "auto"
 # The guards an unguarded run stands in for where they never act on it (``never_acts``), and where that is.
 STOOD_IN = {
     RDUMB: f"streams of fewer than {RDUMB_EVERY:,} steps, where its reset never comes",
     SAR: "runs on which its rule, replayed on their objective, never fires",
+    AUTO: "runs it watched and never fired on",
 }
 # Spec fields that do not change the stream a NoAdapt run sees.
 NOT_THE_STREAM = frozenset({"method", "hparams", "guard", "prelude"})

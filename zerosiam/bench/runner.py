@@ -41,13 +41,13 @@ from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
 from zerosiam.bench.mistakes import cached_mistakes
-from zerosiam.bench.spec import LATER_FIELDS, RunSpec, check_prelude
+from zerosiam.bench.spec import LATER_FIELDS, NO_GUARD, RunSpec, check_prelude
 from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
 from zerosiam.methods.speed import Speed
-from zerosiam.parts.guards import sar_replayed, triggers_by_bar
+from zerosiam.parts.guards import Watch, auto_watched, sar_replayed, triggers_by_bar
 from zerosiam.parts.precision import forward_precision
 from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
@@ -161,6 +161,7 @@ def run_stacked(
     report: Report | None = None,
     checkpoint: RunCheckpoint | None = None,
     speed: Speed | None = None,
+    watch: bool = False,
 ) -> list[Result]:
     """Execute runs that differ only in their corruption and seed as stacked streams of one adapter
     (``zerosiam.adapt(..., streams=B)``): one forward per step serves every run, which is what makes
@@ -175,7 +176,10 @@ def run_stacked(
     With a ``checkpoint``, the task's progress is written every ``checkpoint.every`` seconds and a task
     started again goes on from the last one, to the same result (its ``resumed_from_step`` says where it
     went on). Runs with a prelude do not checkpoint: a relay's two legs have no one state to save.
-    With ``speed`` other than eager, each result's environment says which (``speed``).
+    With ``speed`` other than eager, each result's environment says which (``speed``). With ``watch``,
+    an unguarded run without a prelude wears ``auto``'s ``Watch``: it runs as it would, and its metrics
+    say whether ``auto`` would have acted on it, and from which step (``auto_guard_fires``,
+    ``auto_guard_first_step``), so that the run with ``auto`` need not be made where it would not.
     """
     device = torch.device(device)
     spec = check_stackable(specs)
@@ -187,7 +191,7 @@ def run_stacked(
     length = max(ends)
     batches = [StreamBatches(padded(stream, length)) for stream in stacked]
     speed = speed or Speed()
-    adapter = _adapter(spec, model, stacked[0].batch_size, streams=len(specs), speed=speed)
+    adapter = _adapter(spec, model, stacked[0].batch_size, len(specs), speed, watch)
     aside = SetAside(adapter, ends)
     scores = [Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]
     if isinstance(adapter, Relay):
@@ -260,7 +264,7 @@ def _results(
         if spec.prelude:
             metrics["prelude_accuracy"] = score.prelude_accuracy
         else:  # a relay's two legs each have their own guard: no one rule to replay over both
-            metrics.update(sar_replayed(history))
+            metrics.update(sar_replayed(history) | auto_watched(history))
         if first:
             metrics["resumed_from_step"] = first
         results.append(Result(one, metrics, _curves(history, score.curve()), env))
@@ -299,10 +303,14 @@ def _resume(
     return saved["step"], saved["seconds"], saved["waited"]
 
 
-def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int, speed: Speed) -> Adapter | Relay:
+def _adapter(
+    spec: RunSpec, model: nn.Module, batch_size: int, streams: int, speed: Speed, watch: bool = False
+) -> Adapter | Relay:
     """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's.
-    ``speed`` gives each leg its options, unless a grid set them as hyper-parameters of its own."""
+    ``speed`` gives each leg its options, unless a grid set them as hyper-parameters of its own; with
+    ``watch``, an unguarded run without a prelude wears ``auto``'s ``Watch``."""
     options = {"compile": speed.compile, "channels_last": speed.channels_last}
+    guard = Watch() if watch and spec.guard == NO_GUARD and not spec.prelude else spec.guard
 
     def build(model: nn.Module, method: str, hparams: dict[str, Any]) -> Adapter:
         extras = _method_extras(method, spec)
@@ -312,7 +320,7 @@ def _adapter(spec: RunSpec, model: nn.Module, batch_size: int, streams: int, spe
             batch_size=batch_size,
             precision=spec.precision,
             streams=streams,
-            guard=spec.guard,
+            guard=guard,
             **{**options, **hparams},
             **extras,
         )

@@ -47,6 +47,7 @@ class Execution:
     progress: bool = True  # show a bar of the runs
     compile: bool | str = False  # torch.compile each run's model forward (True, or a mode)
     channels_last: bool = False  # convolution weights and inputs in channels-last memory format
+    watch: bool = False  # unguarded runs watched by ``auto`` (``parts.guards.Watch``): set by ``execute``
 
     @property
     def speed(self) -> Speed:
@@ -130,11 +131,12 @@ def run_task(
     report: Report | None = None,
     checkpointing: Checkpointing | None = None,
     speed: Speed | None = None,
+    watch: bool = False,
 ) -> list[Outcome]:
     """Worker entry point: one run, or runs stacked as streams, with ``threads`` intra-op threads on
     ``device`` (picklable, for pools and Ray); ``report`` hears of its steps. With ``checkpointing``
     the task saves its progress as it goes, and goes on from there if it was stopped before. ``speed``
-    is how the model's forward runs (default: eager)."""
+    is how the model's forward runs (default: eager); with ``watch``, ``auto`` watches the unguarded runs."""
     import torch
 
     torch.set_num_threads(threads)
@@ -147,6 +149,7 @@ def run_task(
         report=report,
         checkpoint=checkpoint,
         speed=speed if speed is not None else Speed(),
+        watch=watch,
     )
     return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
 
@@ -158,10 +161,11 @@ def attempt(
     report: Report | None = None,
     checkpointing: Checkpointing | None = None,
     speed: Speed | None = None,
+    watch: bool = False,
 ) -> list[Outcome]:
     """``run_task``, with an exception turned into a ``Failure`` of each of the task's runs, so that one
     bad run never ends a grid (its checkpoint stays: a run killed by the machine goes on next time)."""
     try:
-        return run_task(task, threads, device, report, checkpointing, speed)
+        return run_task(task, threads, device, report, checkpointing, speed, watch)
     except Exception as error:
         return [Failure.of(values, error) for values in task]

@@ -194,33 +194,10 @@ class SourceProbe:
     def __call__(
         self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
     ) -> Tensor:
-        self.steps += 1
-        layout = learner.layout
-        quiet = layout.all_streams(prediction.device) & False
-        self.signals = {}
-        adapted = layout.rows(prediction.argmax(-1))
-        if len(prediction) // layout.count < self.probe_images:  # a small step: gather, probe when enough
-            probe = self._gather(layout.rows(x), adapted)
-        else:
-            probe = self._spread(layout.rows(x), adapted) if self._due() else None
-        if probe is None:
-            return quiet
-        images, adapted = probe
-        with torch.no_grad():
-            source = learner.source_prediction(images)
-        confidence = layout.rows(source.softmax(-1).amax(-1))
-        health = self._follow(adapted, layout.rows(source.argmax(-1)), confidence, prediction.shape[-1])
-        narrowing = health.source_spread - health.adapted_spread
-        parted, narrowed = health.agreement < self._agreement_bar(health), narrowing > self.max_narrowing
-        unhealthy = parted | narrowed
-        self.signals = {
-            "agreement": layout.value(health.agreement),
-            "narrowing": layout.value(narrowing),
-            "confidence": layout.value(health.source_confidence),
-            "below_agreement": layout.value(parted),  # which bar a trigger crossed: both may
-            "narrowed": layout.value(narrowed),
-        }
-        flags = layout.value(unhealthy)
+        unhealthy = self.judge(learner, x, prediction)
+        if unhealthy is None:
+            return learner.layout.all_streams(prediction.device) & False
+        flags = learner.layout.value(unhealthy)
         if bool(unhealthy.any()):
             self._put_back(learner, unhealthy)
             if self.shrink != 1.0:
@@ -232,6 +209,35 @@ class SourceProbe:
         # every stream's weights now passed this probe (or were put back): the newest snapshot
         self.snapshots = [*self.snapshots, learner.snapshot()][-self.ring :]
         return flags
+
+    def judge(self, learner: GuardedLearner, x: Tensor, prediction: Tensor) -> Tensor | None:
+        """One step looked at, acting on nothing: on a probe, each stream's health (``[B]`` flags, True
+        where unhealthy), the averages moved and ``signals`` set; None on a step that is not probed."""
+        self.steps += 1
+        layout = learner.layout
+        self.signals = {}
+        adapted = layout.rows(prediction.argmax(-1))
+        if len(prediction) // layout.count < self.probe_images:  # a small step: gather, probe when enough
+            probe = self._gather(layout.rows(x), adapted)
+        else:
+            probe = self._spread(layout.rows(x), adapted) if self._due() else None
+        if probe is None:
+            return None
+        images, adapted = probe
+        with torch.no_grad():
+            source = learner.source_prediction(images)
+        confidence = layout.rows(source.softmax(-1).amax(-1))
+        health = self._follow(adapted, layout.rows(source.argmax(-1)), confidence, prediction.shape[-1])
+        narrowing = health.source_spread - health.adapted_spread
+        parted, narrowed = health.agreement < self._agreement_bar(health), narrowing > self.max_narrowing
+        self.signals = {
+            "agreement": layout.value(health.agreement),
+            "narrowing": layout.value(narrowing),
+            "confidence": layout.value(health.source_confidence),
+            "below_agreement": layout.value(parted),  # which bar a trigger crossed: both may
+            "narrowed": layout.value(narrowed),
+        }
+        return parted | narrowed
 
     def _put_back(self, learner: GuardedLearner, unhealthy: Tensor) -> None:
         """The ``unhealthy`` streams (``[B]`` flags) back to the oldest snapshot; to the source in the
@@ -339,6 +345,45 @@ class SourceProbe:
         self.passed = state.get("passed")  # nor gave a step back
 
 
+class Watch:
+    """A guard's judgement without its actions, for an unguarded run: it changes nothing, and records at
+    each probe, per stream, whether ``auto`` would act there (``would_act``), up to the first time it
+    would. Until then the run wearing ``auto`` is this run step for step (the guard has acted on nothing,
+    and its probe predicts at the source weights beside the adapted ones); after it, the two differ, and
+    the watch has nothing more to say of that stream. A run it never fired on need not be made with
+    ``auto`` (``never_acts``). Its cost is ``auto``'s probe, without the snapshots."""
+
+    def __init__(self, probe: SourceProbe | None = None) -> None:
+        self.probe = probe if probe is not None else SourceProbe()
+        self.reset()
+
+    def reset(self) -> None:
+        self.probe.reset()
+        self.fired: Tensor | None = None  # per stream, whether the probe has found it unhealthy yet
+        self.signals: dict[str, Tensor] = {}
+
+    def __call__(
+        self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
+    ) -> Tensor:
+        quiet = learner.layout.all_streams(prediction.device) & False
+        self.signals = {}
+        if self.fired is not None and bool(self.fired.all()):
+            return quiet
+        unhealthy = self.probe.judge(learner, x, prediction)
+        if unhealthy is not None:
+            fired = self.fired if self.fired is not None else torch.zeros_like(unhealthy)
+            self.signals = {**self.probe.signals, "would_act": learner.layout.value(unhealthy & ~fired)}
+            self.fired = fired | unhealthy
+        return quiet
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"probe": self.probe.state_dict(), "fired": self.fired}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.probe.load_state_dict(state["probe"])
+        self.fired = state["fired"]
+
+
 def triggers_by_bar(history: list[dict[str, Any]]) -> dict[str, int]:
     """A run's ``auto`` triggers counted by the bar each crossed, for its metrics (a probe may cross both):
     which bar decides what the guard takes is a question of the run, not only of its per-step curves.
@@ -362,14 +407,26 @@ def sar_replayed(history: list[dict[str, Any]]) -> dict[str, Any]:
     return {"sar_guard_fires": first is not None} | ({} if first is None else {"sar_guard_first_step": first})
 
 
+def auto_watched(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether ``auto`` would have acted on a run that a ``Watch`` looked at, and at which step, for its
+    metrics (``auto_guard_fires``, ``auto_guard_first_step``), from ``history`` (one stream's step
+    records). Empty when no step recorded the watch's verdict (a run not watched)."""
+    if not any("guard_would_act" in row for row in history):
+        return {}
+    first = next((step for step, row in enumerate(history, 1) if row.get("guard_would_act")), None)
+    fires = {"auto_guard_fires": first is not None}
+    return fires | ({} if first is None else {"auto_guard_first_step": first})
+
+
 def never_acts(name: str, metrics: dict[str, Any]) -> bool:
     """Whether the guard ``name`` would never act on the unguarded run whose ``metrics`` these are, so
     that the run wearing it is that run step for step (a guard that has not acted has changed nothing):
-    ``rdumb`` on fewer steps than its period, ``sar`` where its rule replayed on the run never fires."""
+    ``rdumb`` on fewer steps than its period, ``sar`` where its rule replayed on the run never fires,
+    ``auto`` where it watched the run and never fired."""
     if name == "rdumb":
         return int(metrics.get("steps") or RDUMB_EVERY) < RDUMB_EVERY
-    if name == "sar":
-        return metrics.get("sar_guard_fires") is False
+    if name in ("sar", "auto"):
+        return metrics.get(f"{name}_guard_fires") is False
     return False
 
 
