@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import zerosiam
 from benchmarks.diagnostics_overhead import seconds_per_step, setup
-from zerosiam.parts.guards import GUARDS, SourceProbe
+from zerosiam.parts.guards import GUARDS, SourceProbe, Watch
 
 METHODS = ("tent", "zerosiam")
 SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step
@@ -39,7 +39,8 @@ SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step
 # keep snapshots as "after warm-up" does but never fire, with every image judged or one batch-1 step in
 # 8 (the same guard at batch 64). "every=4, rows=16" probes a batch-64 stream every 4 steps on 16 of its
 # images (``docs/guard.md``, Open): a quarter of the source forward four times as often; at batch 1 it is
-# "auto" (``every`` and ``rows`` are for full steps).
+# "auto" (``every`` and ``rows`` are for full steps). "watch" is ``auto``'s ``Watch``, which a grid wearing
+# ``auto`` puts on its unguarded runs: ``auto``'s probe with its warm-up, no snapshots, acting on nothing.
 NEVER = {"min_agreement": 0.0, "max_narrowing": math.inf}
 OFTEN = {"every": 4, "rows": 16}
 VARIANTS = {
@@ -49,6 +50,7 @@ VARIANTS = {
     "auto, sample=8, probing only": lambda: SourceProbe(warmup=0, sample=8, **NEVER),
     "auto, every=4, rows=16, after warm-up": lambda: SourceProbe(warmup=0, **OFTEN),
     "auto, every=4, rows=16, probing only": lambda: SourceProbe(warmup=0, **OFTEN, **NEVER),
+    "watch": Watch,
 }
 
 
