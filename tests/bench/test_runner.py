@@ -266,6 +266,36 @@ def test_a_stopped_run_goes_on_from_its_checkpoint_to_the_result_of_one_never_st
     assert "resumed_from_step" not in straight[0].metrics
 
 
+def test_autos_watch_says_something_only_of_a_run_it_saw_from_its_first_step_to_its_last(
+    fake_domains, monkeypatch, tmp_path
+):
+    """A run stopped and resumed under the watch says what the run never stopped says; one watched only
+    before or only after its checkpoint says nothing (``auto`` could have acted where it did not look)."""
+    monkeypatch.setattr(runner.zerosiam, "load_model", lambda name: _Confident())
+    spec = _spec(batch_size=8, hparams={"lr": 0.05})
+    straight = runner.run_stacked([spec], watch=True)[0]
+    assert (
+        "auto_guard_fires" in straight.metrics
+        and "auto_guard_fires" not in runner.run_stacked([spec])[0].metrics
+    )
+
+    def resumed(before: bool, after: bool) -> runner.Result:
+        checkpoint = RunCheckpoint(tmp_path / f"{before}-{after}", (spec.run_id,), every=0)
+        with pytest.raises(_Stop):
+            runner.run_stacked([spec], report=_stopped_at(4), checkpoint=checkpoint, watch=before)
+        return runner.run_stacked([spec], checkpoint=checkpoint, watch=after)[0]
+
+    again = resumed(True, True)
+    _same_runs([again], [straight])
+    assert again.metrics["auto_guard_fires"] == straight.metrics["auto_guard_fires"]
+    for before, after in ((True, False), (False, True)):
+        part = resumed(before, after)
+        assert (
+            part.metrics["accuracy"] == straight.metrics["accuracy"]
+            and "auto_guard_fires" not in part.metrics
+        )
+
+
 def test_a_checkpoint_that_cannot_be_used_is_a_warning_and_the_run_starts_over(
     fake_domains, tiny_model, tmp_path
 ):

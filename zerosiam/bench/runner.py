@@ -295,8 +295,13 @@ def _checkpoint_state(
 def _resume(
     saved: dict[str, Any], adapter: Adapter, scores: list[Score], aside: SetAside
 ) -> tuple[int, float, float]:
-    """Put a checkpoint's state back; the step to go on from, and the seconds spent and waited so far."""
-    adapter.load_state_dict(saved["adapter"])
+    """Put a checkpoint's state back; the step to go on from, and the seconds spent and waited so far. A
+    checkpoint of an unguarded run made under a ``Watch`` goes on without one (the grid no longer wears
+    ``auto``): the watch's state is left behind, and its record of the steps before says nothing alone."""
+    state = saved["adapter"]
+    if adapter.recipe.guard is None and "guard" in state.get("parts", {}):
+        state = {**state, "parts": {key: part for key, part in state["parts"].items() if key != "guard"}}
+    adapter.load_state_dict(state)
     for score, state in zip(scores, saved["scores"], strict=True):
         score.load_state_dict(state)
     aside.load_state_dict(saved.get("set_aside", {}))  # checkpoints of streams of one length had none

@@ -347,11 +347,13 @@ class SourceProbe:
 
 class Watch:
     """A guard's judgement without its actions, for an unguarded run: it changes nothing, and records at
-    each probe, per stream, whether ``auto`` would act there (``would_act``), up to the first time it
-    would. Until then the run wearing ``auto`` is this run step for step (the guard has acted on nothing,
-    and its probe predicts at the source weights beside the adapted ones); after it, the two differ, and
-    the watch has nothing more to say of that stream. A run it never fired on need not be made with
-    ``auto`` (``never_acts``). Its cost is ``auto``'s probe, without the snapshots."""
+    every step, per stream, whether ``auto`` would first act there (``would_act``). Until then the run
+    wearing ``auto`` is this run step for step (the guard has acted on nothing, and its probe predicts at
+    the source weights beside the adapted ones); after it, the two differ, and the watch stops probing
+    that stream. A run it watched from its first step to its last and never fired on need not be made
+    with ``auto`` (``never_acts``); a run it saw only part of (resumed from a checkpoint made without it,
+    or with it and then without) says nothing (``auto_watched``). Its cost is ``auto``'s probe, without
+    the snapshots."""
 
     def __init__(self, probe: SourceProbe | None = None) -> None:
         self.probe = probe if probe is not None else SourceProbe()
@@ -366,7 +368,7 @@ class Watch:
         self, learner: GuardedLearner, x: Tensor, prediction: Tensor, evaluations: list[Evaluation]
     ) -> Tensor:
         quiet = learner.layout.all_streams(prediction.device) & False
-        self.signals = {}
+        self.signals = {"would_act": quiet}
         if self.fired is not None and bool(self.fired.all()):
             return quiet
         unhealthy = self.probe.judge(learner, x, prediction)
@@ -410,8 +412,9 @@ def sar_replayed(history: list[dict[str, Any]]) -> dict[str, Any]:
 def auto_watched(history: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether ``auto`` would have acted on a run that a ``Watch`` looked at, and at which step, for its
     metrics (``auto_guard_fires``, ``auto_guard_first_step``), from ``history`` (one stream's step
-    records). Empty when no step recorded the watch's verdict (a run not watched)."""
-    if not any("guard_would_act" in row for row in history):
+    records). Empty unless every step recorded the watch's verdict: a run not watched, or watched only
+    from or up to a checkpoint, could have been acted on where the watch did not look."""
+    if not history or not all("guard_would_act" in row for row in history):
         return {}
     first = next((step for step, row in enumerate(history, 1) if row.get("guard_would_act")), None)
     fires = {"auto_guard_fires": first is not None}
