@@ -20,7 +20,7 @@ from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import Failure, ResultStore
 from zerosiam.bench.tasks import Execution, Outcome, Progress, run_ids_of, tasks_of
 from zerosiam.corruptions.datasets import load_corrupted
-from zerosiam.parts.guards import never_acts
+from zerosiam.parts.guards import AUTO, never_acts
 from zerosiam.protocols import MIXED
 
 __all__ = ["Execution", "execute", "pending", "prepare_data"]
@@ -70,7 +70,7 @@ def execute(
     todo = pending(specs, store)
     if not todo:
         return 0, []
-    execution = replace(execution, watch=execution.watch or any(spec.guard == "auto" for spec in todo))
+    execution = replace(execution, watch=execution.watch or any(spec.guard == AUTO for spec in todo))
     backend = BACKENDS.get(execution.backend)
     if backend is None:
         raise ValueError(f"unknown backend {execution.backend!r}; choose one of {sorted(BACKENDS)}")

@@ -36,13 +36,10 @@ from typing import Any
 from zerosiam.bench.names import method_name
 from zerosiam.bench.spec import NO_GUARD, without_later_defaults
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
-from zerosiam.parts.guards import RDUMB_EVERY, never_acts
+from zerosiam.parts.guards import AUTO, RDUMB, RDUMB_EVERY, SAR, never_acts
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
-RDUMB = "rdumb"
-SAR = "sar"
-AUTO = "auto"
 # The guards an unguarded run stands in for where they never act on it (``never_acts``), and where that is.
 STOOD_IN = {
     RDUMB: f"streams of fewer than {RDUMB_EVERY:,} steps, where its reset never comes",

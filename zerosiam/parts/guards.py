@@ -32,6 +32,7 @@ from zerosiam.parts.losses import probability_entropy
 from zerosiam.parts.recovery import EmaBelow, ema_below
 
 RDUMB_EVERY = 1000  # RDumb (Press et al., 2023): reset every 1,000 steps
+RDUMB, SAR, AUTO = "rdumb", "sar", "auto"  # the guards by name (``GUARDS``)
 
 
 class Periodic:
@@ -426,9 +427,9 @@ def never_acts(name: str, metrics: dict[str, Any]) -> bool:
     that the run wearing it is that run step for step (a guard that has not acted has changed nothing):
     ``rdumb`` on fewer steps than its period, ``sar`` where its rule replayed on the run never fires,
     ``auto`` where it watched the run and never fired."""
-    if name == "rdumb":
+    if name == RDUMB:
         return int(metrics.get("steps") or RDUMB_EVERY) < RDUMB_EVERY
-    if name in ("sar", "auto"):
+    if name in (SAR, AUTO):
         return metrics.get(f"{name}_guard_fires") is False
     return False
 
@@ -447,9 +448,9 @@ Guard = Callable[[GuardedLearner, Tensor, Tensor, list[Evaluation]], Tensor]
 
 GUARDS: dict[str, Callable[[], Guard | None]] = {
     "none": lambda: None,
-    "rdumb": Periodic,
-    "sar": lambda: OnRecovery(_sar_rule()),
-    "auto": SourceProbe,
+    RDUMB: Periodic,
+    SAR: lambda: OnRecovery(_sar_rule()),
+    AUTO: SourceProbe,
 }
 
 
