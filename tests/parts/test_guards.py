@@ -461,6 +461,7 @@ def test_autos_watch_changes_nothing_and_names_the_step_at_which_auto_would_firs
     same = _equal_steps(worn_out, plain_out)
     assert all(same[: first + 1]) and not all(same)
     assert not never_acts("auto", auto_watched(watched.history))
+    assert triggers_by_bar(watched.history) == {}  # it watched, and triggered nothing
 
     (watched, _), (worn, worn_out), (plain, plain_out) = _watched_worn_plain(1e-3, _batches(10, seed=4))
     assert auto_watched(watched.history) == {"auto_guard_fires": False} and _fired(worn) == []

@@ -346,6 +346,10 @@ class SourceProbe:
         self.passed = state.get("passed")  # nor gave a step back
 
 
+# What a watch keeps of a probe's signals: the curves, not which bar a trigger crossed (it triggers nothing)
+WATCHED_SIGNALS = ("agreement", "narrowing", "confidence")
+
+
 class Watch:
     """A guard's judgement without its actions, for an unguarded run: it changes nothing, and records at
     every step, per stream, whether ``auto`` would first act there (``would_act``). Until then the run
@@ -375,7 +379,8 @@ class Watch:
         unhealthy = self.probe.judge(learner, x, prediction)
         if unhealthy is not None:
             fired = self.fired if self.fired is not None else torch.zeros_like(unhealthy)
-            self.signals = {**self.probe.signals, "would_act": learner.layout.value(unhealthy & ~fired)}
+            self.signals = {key: self.probe.signals[key] for key in WATCHED_SIGNALS}
+            self.signals["would_act"] = learner.layout.value(unhealthy & ~fired)
             self.fired = fired | unhealthy
         return quiet
 
@@ -393,9 +398,10 @@ def triggers_by_bar(history: list[dict[str, Any]]) -> dict[str, int]:
     Empty when no step of ``history`` (one stream's step records) recorded a probe."""
     if not any("guard_narrowed" in row for row in history):
         return {}
+    fired = [row for row in history if row.get("guard")]
     return {
-        "guard_triggers_on_agreement": sum(bool(row.get("guard_below_agreement")) for row in history),
-        "guard_triggers_on_narrowing": sum(bool(row.get("guard_narrowed")) for row in history),
+        "guard_triggers_on_agreement": sum(bool(row.get("guard_below_agreement")) for row in fired),
+        "guard_triggers_on_narrowing": sum(bool(row.get("guard_narrowed")) for row in fired),
     }
 
 
