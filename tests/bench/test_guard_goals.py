@@ -97,3 +97,20 @@ def test_a_run_stored_before_a_field_existed_is_the_same_cell_as_one_with_it_at_
     none, auto, _ = guard_scores(rows)
     assert (none.cells, auto.cells) == (1, 1)
     assert round(auto.gain_kept, 6) == 0.5
+
+
+def test_a_grid_whose_guarded_runs_were_all_spared_is_judged_all_the_same():
+    """``auto`` watched the unguarded run and never fired, so its run was not made: a grid that wears it
+    (``zerosiam report --grid ... --guards``) is judged on the unguarded run, counted apart."""
+    rows = [
+        make_row("noadapt", "fog", 0.70, protocol="label_shift"),
+        make_row("tent", "fog", 0.72, protocol="label_shift"),
+    ]
+    rows[1]["metrics"].update(steps=157, auto_guard_fires=False)
+    assert [score.guard for score in guard_scores(rows)] == ["none"]  # the store alone: no guard ran
+    none, auto, rdumb = guard_scores(rows, {"none", "auto"})
+    assert (auto.guard, auto.cells, auto.stand_ins, auto.lost, auto.gain_kept) == ("auto", 1, 1, (), 1.0)
+    assert (
+        "`auto`: 1 of its 1 cells are the unguarded runs (runs it watched and never fired on"
+        in to_markdown([none, auto, rdumb])
+    )

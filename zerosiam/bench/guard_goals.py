@@ -102,11 +102,12 @@ def _label(spec: Mapping[str, Any]) -> str:
     return f"{spec['model']} {method}, {spec['protocol']}, {corruption}"
 
 
-def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
-    """The goals of every guard among ``rows`` (vision rows of one store), ``none`` first. Cells without
-    a NoAdapt run of their stream are left out; accuracies are compared in points. When any guard ran,
-    its missing runs where it never acts are stood in for by the unguarded ones (module docstring)."""
-    rows, stand_ins = _with_stand_ins(list(rows))
+def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) -> list[GuardScore]:
+    """The goals of every guard among ``rows`` (vision rows of one store) and in ``worn`` (a grid's guards),
+    ``none`` first. Cells without a NoAdapt run of their stream are left out; accuracies are compared in
+    points. When any guard ran or is worn, its missing runs where it never acts are stood in for by the
+    unguarded ones (module docstring): a grid whose guarded runs were all spared is judged all the same."""
+    rows, stand_ins = _with_stand_ins(list(rows), set(worn))
     baseline: dict[str, float] = {}
     accuracy: dict[str, dict[str, float]] = defaultdict(dict)  # guard → cell → accuracy (points)
     specs: dict[str, Mapping[str, Any]] = {}
@@ -157,11 +158,13 @@ def guard_scores(rows: Iterable[Mapping[str, Any]]) -> list[GuardScore]:
     return scores
 
 
-def _with_stand_ins(rows: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], set[tuple[str, str]]]:
+def _with_stand_ins(
+    rows: list[Mapping[str, Any]], worn: set[str]
+) -> tuple[list[Mapping[str, Any]], set[tuple[str, str]]]:
     """``rows`` and, for each unguarded adapting run and each guard of :data:`STOOD_IN` that never acts on
     it and has no run of its own in that cell, that run as the guard's; with the (guard, cell) pairs
-    stood in for. Only when some guard ran: a store of unguarded runs compares no guards."""
-    guarded = {row["spec"].get("guard", NO_GUARD) for row in rows} - {NO_GUARD}
+    stood in for. Only when some guard ran or is ``worn``: a store of unguarded runs compares no guards."""
+    guarded = ({row["spec"].get("guard", NO_GUARD) for row in rows} | worn) - {NO_GUARD}
     if not guarded:
         return rows, set()
     ran = {(row["spec"].get("guard", NO_GUARD), _key(row["spec"], {"guard"})) for row in rows}

@@ -136,7 +136,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.summary:
         return _print_summary(rows, args)
     if args.guards:
-        return _print_guards(rows)
+        return _print_guards(rows, _grids_guards(args.grid or []))
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
@@ -158,6 +158,13 @@ def _grids_run_ids(paths: Sequence[str], db: str) -> set[str] | None:
             return None
         wanted |= found
     return wanted
+
+
+def _grids_guards(paths: Sequence[str]) -> set[str]:
+    """The guards that the grid files ``paths`` wear (read already, by ``_grids_run_ids``)."""
+    from zerosiam.bench.grid import Grid
+
+    return {guard for path in paths for guard in Grid.from_yaml(Path(path)).guards}
 
 
 def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> int:
@@ -182,11 +189,12 @@ def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) 
     return 0
 
 
-def _print_guards(rows: Sequence[Mapping[str, Any]]) -> int:
-    """Print the guards' goals over ``rows`` (a guard grid's, with ``--grid``)."""
+def _print_guards(rows: Sequence[Mapping[str, Any]], worn: set[str]) -> int:
+    """Print the guards' goals over ``rows`` (a guard grid's, with ``--grid``), judging the guards the
+    grids wear (``worn``) even where none of their runs had to be made."""
     from zerosiam.bench.guard_goals import guard_scores, to_markdown
 
-    scores = guard_scores(rows)
+    scores = guard_scores(rows, worn)
     if not scores:
         print("no adapting runs match these filters", file=sys.stderr)
         return 1
