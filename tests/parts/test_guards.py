@@ -431,9 +431,7 @@ def test_on_a_sar_run_the_replay_reads_sams_second_objective_and_fires_where_sar
 
 def test_rdumb_never_acts_on_a_run_shorter_than_its_period():
     assert never_acts("rdumb", {"steps": 999}) and not never_acts("rdumb", {"steps": 1000})
-    assert not never_acts(
-        "auto", {"steps": 10, "sar_guard_fires": False}
-    )  # SAR's replay says nothing of auto
+    assert not never_acts("auto", {"steps": 10, "sar_guard_fires": False})  # SAR's replay: not auto's
 
 
 def _watched_worn_plain(
@@ -441,7 +439,6 @@ def _watched_worn_plain(
 ) -> list[tuple[Adapter, list]]:
     """The same stream under ``auto``'s watch, wearing ``auto`` (a probe every 2 steps of 8 rows, made
     to fire on this toy) and plain: each adapter with its outputs."""
-
     guards = [Watch(SourceProbe(every=2, min_agreement=0.8)), SourceProbe(every=2, min_agreement=0.8), None]
     adapters = [zerosiam.adapt(tiny(scale=5.0), "tent", lr=lr, streams=streams, guard=g) for g in guards]
     return [(adapter, [adapter(x) for x in batches]) for adapter in adapters]

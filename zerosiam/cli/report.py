@@ -9,10 +9,13 @@ import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerosiam.bench import report, summary
 from zerosiam.bench.names import DATASET_NAMES, method_name
+
+if TYPE_CHECKING:
+    from zerosiam.bench.spec import RunSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -128,15 +131,18 @@ def run_report(args: argparse.Namespace) -> int:
         "methods": args.methods.split(",") if args.methods else None,
     }
     rows = report.select_rows(_load_rows(args.db), **filters)
+    worn: set[str] = set()  # the guards the grid files wear
     if args.grid:
-        wanted = _grids_run_ids(args.grid, args.db)
-        if wanted is None:
+        specs = _grids_specs(args.grid, args.db)
+        if specs is None:
             return 2
+        wanted = {spec.run_id for spec in specs}
+        worn = {spec.guard for spec in specs}
         rows = [row for row in rows if row["run_id"] in wanted]
     if args.summary:
         return _print_summary(rows, args)
     if args.guards:
-        return _print_guards(rows, _grids_guards(args.grid or []))
+        return _print_guards(rows, worn)
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
@@ -148,23 +154,16 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _grids_run_ids(paths: Sequence[str], db: str) -> set[str] | None:
-    """The union of the run ids of several grid files (a study split into one grid per protocol); None
-    when one of them cannot be read."""
-    wanted: set[str] = set()
+def _grids_specs(paths: Sequence[str], db: str) -> list[RunSpec] | None:
+    """The runs of several grid files (a study split into one grid per protocol); None when one of them
+    cannot be read."""
+    wanted: list[RunSpec] = []
     for path in paths:
-        found = _grid_run_ids(path, db)
+        found = _grid_specs(path, db)
         if found is None:
             return None
-        wanted |= found
+        wanted += found
     return wanted
-
-
-def _grids_guards(paths: Sequence[str]) -> set[str]:
-    """The guards that the grid files ``paths`` wear (read already, by ``_grids_run_ids``)."""
-    from zerosiam.bench.grid import Grid
-
-    return {guard for path in paths for guard in Grid.from_yaml(Path(path)).guards}
 
 
 def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> int:
@@ -213,15 +212,15 @@ def _write_summary(found: summary.Summary, text: str, out: Path, plot: bool) -> 
     return [out / "summary.md", plot_summary(found, out / "summary.png")]
 
 
-def _grid_run_ids(path: str, db: str) -> set[str] | None:
-    """The run ids of the grid file ``path``, its rates resolved from the store; None (said on stderr)
+def _grid_specs(path: str, db: str) -> list[RunSpec] | None:
+    """The runs of the grid file ``path``, their rates resolved from the store; None (said on stderr)
     when the grid cannot be read."""
     from zerosiam.bench.grid import Grid
     from zerosiam.bench.select import grid_specs
     from zerosiam.bench.textstore import open_store
 
     try:
-        return {spec.run_id for spec in grid_specs(Grid.from_yaml(Path(path)), open_store(db))}
+        return grid_specs(Grid.from_yaml(Path(path)), open_store(db))
     except (OSError, ValueError) as error:
         print(f"error: grid {path}: {error}", file=sys.stderr)
         return None
