@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -132,8 +133,8 @@ def test_an_unknown_label_is_refused():
 
 
 def test_the_bench_carries_the_options_to_its_workers(monkeypatch):
-    """``zerosiam bench --compile --channels-last`` sets ``Execution``; every backend hands its speed to
-    the workers with their tasks, and the worker to the runner."""
+    """``zerosiam bench --compile --channels-last`` sets ``Execution``; every backend hands it to the
+    workers with their tasks, and the worker its speed and watch to the runner."""
     from zerosiam.bench import tasks
     from zerosiam.cli import bench as command
 
@@ -144,11 +145,16 @@ def test_the_bench_carries_the_options_to_its_workers(monkeypatch):
     assert execution.speed == Speed(True, True)
     assert command._execution(parser.parse_args(["bench"])).speed == Speed()
     heard = []
-    monkeypatch.setattr(tasks, "run_stacked", lambda specs, **options: heard.append(options["speed"]) or [])
+
+    def run_stacked(specs, **options):
+        heard.append((options["speed"], options["watch"]))
+        return []
+
+    monkeypatch.setattr(tasks, "run_stacked", run_stacked)
     threads = torch.get_num_threads()
-    tasks.run_task([], threads=threads, device="cpu", speed=execution.speed)
-    tasks.run_task([], threads=threads, device="cpu")
-    assert heard == [Speed(True, True), Speed()]
+    tasks.run_task([], replace(execution, threads=threads, watch=True))
+    tasks.run_task([], tasks.Execution(threads=threads))
+    assert heard == [(Speed(True, True), True), (Speed(), False)]
 
 
 def test_an_unknown_compile_mode_on_the_command_line_is_a_usage_error():

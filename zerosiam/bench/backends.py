@@ -14,13 +14,12 @@ import os
 import signal
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 
 from zerosiam.bench.checkpoint import Checkpointing
 from zerosiam.bench.store import Failure, signals_deferred
 from zerosiam.bench.tasks import Execution, Outcome, Progress, Show, Sink, Task, attempt, throttled
-from zerosiam.methods.speed import Speed
 
 # tasks, how to run them, where outcomes go, where progress goes, where tasks save their progress
 Backend = Callable[[list[Task], Execution, Sink, Show, Checkpointing | None], None]
@@ -31,14 +30,7 @@ def default_workers(threads: int) -> int:
     return max(1, (os.cpu_count() or 1) // threads)
 
 
-def _worker(
-    connection: Connection,
-    threads: int,
-    device: str,
-    checkpointing: Checkpointing | None = None,
-    speed: Speed | None = None,
-    watch: bool = False,
-) -> None:
+def _worker(connection: Connection, execution: Execution, checkpointing: Checkpointing | None = None) -> None:
     """A local worker process: runs the tasks it is sent, one at a time, and sends back the ``Progress``
     of each, then its outcomes. Ctrl-C reaches the whole process group; the driver handles it and stops
     the workers."""
@@ -46,7 +38,7 @@ def _worker(
     with contextlib.suppress(EOFError, BrokenPipeError):  # the driver is gone (even killed): so is the work
         while (task := connection.recv()) is not None:
             report = throttled(connection.send)
-            connection.send(attempt(task, threads, device, report, checkpointing, speed, watch))
+            connection.send(attempt(task, execution, report, checkpointing))
 
 
 @dataclass
@@ -78,9 +70,9 @@ def run_local(
 
     def start(index: int) -> _Worker:
         ours, theirs = context.Pipe()
-        device = devices[index % len(devices)] if devices else execution.device
+        on_its_device = replace(execution, device=devices[index % len(devices)]) if devices else execution
         # not a daemon: its run may start DataLoader workers of its own; it ends with the driver's pipe
-        args = (theirs, execution.threads, device, checkpointing, execution.speed, execution.watch)
+        args = (theirs, on_its_device, checkpointing)
         process = context.Process(target=_worker, args=args)
         process.start()
         theirs.close()
@@ -181,12 +173,9 @@ def run_ray(
         )
     try:
         # with GPU resources, Ray makes the run's GPU the task's only visible one: "cuda" is that GPU
-        device = "cuda" if execution.gpus_per_run > 0 else execution.device
+        on_its_gpu = replace(execution, device="cuda") if execution.gpus_per_run > 0 else execution
         task = ray.remote(num_cpus=threads, num_gpus=execution.gpus_per_run, max_retries=0)(attempt)
-        tasks = {
-            task.remote(runs, threads, device, None, checkpointing, execution.speed, execution.watch): runs
-            for runs in todo
-        }
+        tasks = {task.remote(runs, on_its_gpu, None, checkpointing): runs for runs in todo}
         refs = list(tasks)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
@@ -212,9 +201,7 @@ def run_inline(
     """Tasks one after another in this process: for debugging and tests (peak memory is the process's)."""
     report = throttled(lambda progress: show([progress]))
     for task in todo:
-        outcomes = attempt(
-            task, execution.threads, execution.device, report, checkpointing, execution.speed, execution.watch
-        )
+        outcomes = attempt(task, execution, report, checkpointing)
         with signals_deferred():
             for outcome in outcomes:
                 sink(outcome)

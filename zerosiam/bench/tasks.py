@@ -126,46 +126,40 @@ def _stacks(spec: RunSpec) -> bool:
 
 def run_task(
     task: Task,
-    threads: int,
-    device: str,
+    execution: Execution,
     report: Report | None = None,
     checkpointing: Checkpointing | None = None,
-    speed: Speed | None = None,
-    watch: bool = False,
 ) -> list[Outcome]:
-    """Worker entry point: one run, or runs stacked as streams, with ``threads`` intra-op threads on
-    ``device`` (picklable, for pools and Ray); ``report`` hears of its steps. With ``checkpointing``
-    the task saves its progress as it goes, and goes on from there if it was stopped before. ``speed``
-    is how the model's forward runs (default: eager); with ``watch``, ``auto`` watches the unguarded runs."""
+    """Worker entry point: one run, or runs stacked as streams, as ``execution`` says (its threads,
+    device, speed and watch; picklable, for pools and Ray); ``report`` hears of its steps. With
+    ``checkpointing`` the task saves its progress as it goes, and goes on from there if it was stopped
+    before."""
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(execution.threads)
     fix_mmap_threshold()
     specs = [RunSpec.from_dict(values) for values in task]
     checkpoint = checkpointing.of(run_ids_of(task)) if checkpointing is not None else None
     results: list[Result] = run_stacked(
         specs,
-        device=resolve_device(device),
+        device=resolve_device(execution.device),
         report=report,
         checkpoint=checkpoint,
-        speed=speed if speed is not None else Speed(),
-        watch=watch,
+        speed=execution.speed,
+        watch=execution.watch,
     )
     return [(values, r.metrics, r.curves, r.env) for values, r in zip(task, results, strict=True)]
 
 
 def attempt(
     task: Task,
-    threads: int,
-    device: str,
+    execution: Execution,
     report: Report | None = None,
     checkpointing: Checkpointing | None = None,
-    speed: Speed | None = None,
-    watch: bool = False,
 ) -> list[Outcome]:
     """``run_task``, with an exception turned into a ``Failure`` of each of the task's runs, so that one
     bad run never ends a grid (its checkpoint stays: a run killed by the machine goes on next time)."""
     try:
-        return run_task(task, threads, device, report, checkpointing, speed, watch)
+        return run_task(task, execution, report, checkpointing)
     except Exception as error:
         return [Failure.of(values, error) for values in task]
