@@ -66,11 +66,10 @@ from zerosiam.bench.store import ResultStore
 from zerosiam.bench.tasks import Execution
 from zerosiam.bench.textstore import is_text_store, open_store, write_text
 from zerosiam.cli._args import csv_list, device_name
-from zerosiam.parts.guards import GUARDS, SourceProbe
+from zerosiam.parts.guards import AUTO, GUARDS, SourceProbe, never_acts
 
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
-AUTO = "auto"
 DEFAULTS = {name: p.default for name, p in inspect.signature(SourceProbe).parameters.items()}
 LOOSER = {"min_agreement": -1, "max_narrowing": +1}  # the direction in which a bar lets more through
 
@@ -128,12 +127,16 @@ def fired_before_change(name: str, value: Any) -> float | None:
 
 
 def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: float) -> dict[str, Any] | None:
-    """``auto``'s stored run of this cell if it fired fewer than ``fired_below`` times, else None."""
-    auto = as_auto(spec).run_id
-    if auto not in committed:
-        return None
-    row = committed.get(auto)
-    return row if int(row["metrics"].get("guard_triggers") or 0) < fired_below else None
+    """``auto``'s run of this cell if it fired fewer than ``fired_below`` times, else None: its stored run,
+    or where none was made because ``auto``'s watch showed that it never acts there, the watched unguarded
+    run (which ``auto``'s would have been, step for step)."""
+    auto, plain = as_auto(spec).run_id, unguarded(spec)
+    if auto in committed:
+        row = committed.get(auto)
+        return row if int(row["metrics"].get("guard_triggers") or 0) < fired_below else None
+    if plain in committed and never_acts(AUTO, committed.get(plain)["metrics"]):
+        return committed.get(plain)
+    return None
 
 
 def stand_ins(
