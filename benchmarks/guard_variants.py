@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.study_export import drawn
-from zerosiam.bench.execution import execute
+from zerosiam.bench.execution import execute, same_as_unguarded
 from zerosiam.bench.grid import Grid
 from zerosiam.bench.guard_goals import LOSS, guard_scores, to_markdown
 from zerosiam.bench.select import grid_specs
@@ -66,7 +66,7 @@ from zerosiam.bench.store import ResultStore
 from zerosiam.bench.tasks import Execution
 from zerosiam.bench.textstore import is_text_store, open_store, write_text
 from zerosiam.cli._args import csv_list, device_name
-from zerosiam.parts.guards import AUTO, GUARDS, SourceProbe, never_acts
+from zerosiam.parts.guards import AUTO, GUARDS, SourceProbe
 
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
@@ -130,13 +130,11 @@ def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: float) ->
     """``auto``'s run of this cell if it fired fewer than ``fired_below`` times, else None: its stored run,
     or where none was made because ``auto``'s watch showed that it never acts there, the watched unguarded
     run (which ``auto``'s would have been, step for step)."""
-    auto, plain = as_auto(spec).run_id, unguarded(spec)
-    if auto in committed:
-        row = committed.get(auto)
+    auto = as_auto(spec)
+    if auto.run_id in committed:
+        row = committed.get(auto.run_id)
         return row if int(row["metrics"].get("guard_triggers") or 0) < fired_below else None
-    if plain in committed and never_acts(AUTO, committed.get(plain)["metrics"]):
-        return committed.get(plain)
-    return None
+    return committed.get(unguarded(spec)) if same_as_unguarded(auto, committed) else None
 
 
 def stand_ins(
