@@ -114,3 +114,33 @@ def test_a_grid_whose_guarded_runs_were_all_spared_is_judged_all_the_same():
         "`auto`: 1 of its 1 cells are the unguarded runs (runs it watched and never fired on"
         in to_markdown([none, auto, rdumb])
     )
+
+
+def test_the_cells_view_shows_each_guards_run_what_it_did_and_which_cells_are_stand_ins(tmp_path, capsys):
+    """``zerosiam report --guards --cells``: the cells behind the counts, the bar each trigger crossed."""
+    from zerosiam.bench.guard_goals import cells_markdown
+    from zerosiam.bench.store import ResultStore
+
+    rows = [
+        make_row("noadapt", "fog", 0.70, protocol="label_shift"),
+        make_row("tent", "fog", 0.20, protocol="label_shift"),
+        guarded("tent", "fog", 0.695, "auto", protocol="label_shift"),
+        guarded("tent", "fog", 0.40, "sar", protocol="label_shift"),
+    ]
+    rows[1]["metrics"].update(steps=157, sar_guard_fires=True, sar_guard_first_step=40, auto_guard_fires=True,
+                              auto_guard_first_step=8)  # fmt: skip
+    rows[2]["metrics"].update(guard_triggers=2, guard_triggers_on_agreement=1, guard_triggers_on_narrowing=2)
+    rows[3]["metrics"].update(guard_triggers=1)
+    text = cells_markdown(rows)
+    assert text.splitlines()[0] == "| Cell | NoAdapt | none | auto | rdumb | sar |"
+    assert (
+        "| resnet20 Tent, label_shift, Fog | 70.0 | **20.0** (sar at step 40, auto at step 8) "
+        "| 69.5 (2 triggers: 1 agreement, 2 narrowing) | **20.0** (= none) | **40.0** (1 trigger) |"
+    ) in text
+    store = ResultStore(tmp_path / "guards.db")
+    for row in rows:
+        store.put(row["run_id"], "vision", row["spec"], row["metrics"], {}, {})
+    assert report_main(["--db", str(store.path), "--guards", "--cells"]) == 0
+    assert "| resnet20 Tent, label_shift, Fog | 70.0 |" in capsys.readouterr().out
+    assert report_main(["--db", str(store.path), "--cells"]) == 2  # the cells of what? said, not guessed
+    assert "give --guards too" in capsys.readouterr().err

@@ -107,24 +107,18 @@ def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) ->
     ``none`` first. Cells without a NoAdapt run of their stream are left out; accuracies are compared in
     points. When any guard ran or is worn, its missing runs where it never acts are stood in for by the
     unguarded ones (module docstring): a grid whose guarded runs were all spared is judged all the same."""
-    rows, stand_ins = _with_stand_ins(list(rows), set(worn))
-    baseline: dict[str, float] = {}
-    accuracy: dict[str, dict[str, float]] = defaultdict(dict)  # guard → cell → accuracy (points)
-    specs: dict[str, Mapping[str, Any]] = {}
+    found = _cells(rows, worn)
+    reference, specs, stand_ins = found.reference, found.specs, found.stand_ins
+    accuracy = {
+        guard: {cell: 100 * row["metrics"]["accuracy"] for cell, row in runs.items()}
+        for guard, runs in found.runs.items()
+    }
     mild: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # guard → [batches, triggers]
-    for row in rows:
-        spec, metrics = row["spec"], row["metrics"]
-        points = 100 * metrics["accuracy"]
-        if spec["method"] == BASELINE:
-            baseline[stream_key(spec)] = points
-            continue
-        guard = spec.get("guard", NO_GUARD)
-        cell = _key(spec, {"guard"})
-        accuracy[guard][cell], specs[cell] = points, spec
-        if spec["protocol"] == MILD:
-            mild[guard][0] += int(metrics.get("steps") or 0)
-            mild[guard][1] += int(metrics.get("guard_triggers") or 0)
-    reference = {cell: baseline.get(stream_key(spec)) for cell, spec in specs.items()}
+    for guard, runs in found.runs.items():
+        for cell, row in runs.items():
+            if specs[cell]["protocol"] == MILD:
+                mild[guard][0] += int(row["metrics"].get("steps") or 0)
+                mild[guard][1] += int(row["metrics"].get("guard_triggers") or 0)
     unguarded = accuracy.get(NO_GUARD, {})
     scores = []
     for guard in sorted(accuracy, key=lambda name: (name != NO_GUARD, name)):
@@ -156,6 +150,33 @@ def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) ->
             )
         )
     return scores
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """A guard grid's rows by cell: each guard's run of it (stand-ins included), its spec, and its
+    NoAdapt accuracy in points (None without a NoAdapt run of its stream)."""
+
+    runs: dict[str, dict[str, Mapping[str, Any]]]  # guard → cell → row
+    specs: dict[str, Mapping[str, Any]]
+    reference: dict[str, float | None]
+    stand_ins: set[tuple[str, str]]  # (guard, cell): judged on the unguarded run
+
+
+def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
+    rows, stand_ins = _with_stand_ins(list(rows), set(worn))
+    baseline: dict[str, float] = {}
+    runs: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    specs: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        spec = row["spec"]
+        if spec["method"] == BASELINE:
+            baseline[stream_key(spec)] = 100 * row["metrics"]["accuracy"]
+            continue
+        cell = _key(spec, {"guard"})
+        runs[spec.get("guard", NO_GUARD)][cell], specs[cell] = row, spec
+    reference = {cell: baseline.get(stream_key(spec)) for cell, spec in specs.items()}
+    return _Cells(dict(runs), specs, reference, stand_ins)
 
 
 def _with_stand_ins(
@@ -228,3 +249,64 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         if own and score.guard != NO_GUARD:
             lines += ["", f"Lost with `{score.guard}`:", *(f"- {cell}" for cell in own)]
     return "\n".join(lines) + "\n"
+
+
+def cells_markdown(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) -> str:
+    """One line per judged cell: NoAdapt, then each guard's accuracy and what it did there, so that a
+    reader can see which cells a count is made of and which bar fired (the goals' table sums them away).
+    A guarded run shows its triggers, ``auto``'s by the bar each crossed where the run recorded them; a
+    cell judged on the unguarded run shows ``= none``; the unguarded run shows where SAR's rule replayed
+    on it and ``auto``'s watch would first have fired, where it recorded them. A cell more than
+    :data:`LOSS` points below its NoAdapt is in bold."""
+    found = _cells(rows, worn)
+    guards = sorted(found.runs, key=lambda name: (name != NO_GUARD, name))
+    judged = sorted(
+        (cell for cell, value in found.reference.items() if value is not None),
+        key=lambda cell: _label(found.specs[cell]),
+    )
+    lines = [
+        "| Cell | NoAdapt | " + " | ".join(guards) + " |",
+        "| --- | ---: |" + " ---: |" * len(guards),
+    ]
+    for cell in judged:
+        reference = found.reference[cell]
+        entries = [
+            _cell_entry(found.runs[guard].get(cell), reference, (guard, cell) in found.stand_ins)
+            for guard in guards
+        ]
+        lines.append(f"| {_label(found.specs[cell])} | {reference:.1f} | " + " | ".join(entries) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell_entry(row: Mapping[str, Any] | None, reference: float, stood_in: bool) -> str:
+    """A guard's accuracy on one cell (bold where lost) and, in brackets, what it did there."""
+    if row is None:
+        return "–"
+    points = 100 * row["metrics"]["accuracy"]
+    accuracy = f"**{points:.1f}**" if points < reference - LOSS else f"{points:.1f}"
+    if stood_in:
+        return f"{accuracy} (= none)"
+    done = _what_the_guard_did(row["spec"].get("guard", NO_GUARD), row["metrics"])
+    return f"{accuracy} ({done})" if done else accuracy
+
+
+def _what_the_guard_did(guard: str, metrics: Mapping[str, Any]) -> str:
+    """A guarded run's triggers (``auto``'s by bar); an unguarded run's first steps where SAR's rule and
+    ``auto``'s watch would have fired ("–" where they never would), where it recorded them."""
+    if guard != NO_GUARD:
+        triggers = int(metrics.get("guard_triggers") or 0)
+        bars = [
+            f"{metrics[f'guard_triggers_on_{bar}']} {bar}"
+            for bar in ("agreement", "narrowing")
+            if f"guard_triggers_on_{bar}" in metrics
+        ]
+        counted = f"{triggers} trigger" + ("" if triggers == 1 else "s")
+        return counted + (f": {', '.join(bars)}" if bars and triggers else "")
+    watched = [
+        f"{name} at step {metrics[f'{name}_guard_first_step']}"
+        if metrics[f"{name}_guard_fires"]
+        else f"{name} never"
+        for name in (SAR, AUTO)
+        if f"{name}_guard_fires" in metrics
+    ]
+    return ", ".join(watched)

@@ -88,6 +88,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "mild batches",
     )
     parser.add_argument(
+        "--cells",
+        action="store_true",
+        help="with --guards, also one line per cell: NoAdapt and each guard's accuracy with its triggers "
+        "(auto's by bar), and where SAR's rule and auto's watch would have fired on the unguarded run",
+    )
+    parser.add_argument(
         "--selections", action="store_true", help="the learning rates `zerosiam select-lr` chose, instead"
     )
     parser.add_argument(
@@ -110,6 +116,9 @@ def run_report(args: argparse.Namespace) -> int:
     """Print the Markdown tables; with ``--out`` also write them as Markdown, CSV and LaTeX, and the PNGs."""
     if (args.plot or args.heatmap) and not args.out:
         print("error: --plot and --heatmap write files; give --out DIR", file=sys.stderr)
+        return 2
+    if args.cells and not args.guards:
+        print("error: --cells lists the cells of --guards; give --guards too", file=sys.stderr)
         return 2
     from zerosiam.bench.textstore import open_store
 
@@ -142,7 +151,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.summary:
         return _print_summary(rows, args)
     if args.guards:
-        return _print_guards(rows, worn)
+        return _print_guards(rows, worn, args.cells)
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
@@ -188,16 +197,18 @@ def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) 
     return 0
 
 
-def _print_guards(rows: Sequence[Mapping[str, Any]], worn: set[str]) -> int:
+def _print_guards(rows: Sequence[Mapping[str, Any]], worn: set[str], cells: bool) -> int:
     """Print the guards' goals over ``rows`` (a guard grid's, with ``--grid``), judging the guards the
-    grids wear (``worn``) even where none of their runs had to be made."""
-    from zerosiam.bench.guard_goals import guard_scores, to_markdown
+    grids wear (``worn``) even where none of their runs had to be made; with ``cells``, each cell too."""
+    from zerosiam.bench.guard_goals import cells_markdown, guard_scores, to_markdown
 
     scores = guard_scores(rows, worn)
     if not scores:
         print("no adapting runs match these filters", file=sys.stderr)
         return 1
     print(to_markdown(scores), end="")
+    if cells:
+        print("\n" + cells_markdown(rows, worn), end="")
     return 0
 
 
