@@ -34,6 +34,9 @@ never fired runs under any of them as under ``auto``. Only the other cells are r
 judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the unguarded runs). A stricter bar,
 or ``relative=false`` (a higher agreement bar), may fire where ``auto`` never did: it runs everywhere.
 
+``--cells`` lists every judged cell under the table, as ``zerosiam report --guards --cells`` does: each
+guard's accuracy with its triggers (by the bar each crossed, where a run counted them).
+
 ``--where-auto-lost`` runs a variant only on the cells where ``auto``'s stored run ends more than a point
 below NoAdapt, and judges every guard on those cells alone: whether a setting saves what ``auto`` loses,
 not what it costs elsewhere (``--protocols mild`` shows its false alarms, ``--protocols`` naming the
@@ -59,7 +62,7 @@ from typing import Any
 from benchmarks.study_export import drawn
 from zerosiam.bench.execution import execute, same_as_unguarded
 from zerosiam.bench.grid import Grid
-from zerosiam.bench.guard_goals import LOSS, guard_scores, to_markdown
+from zerosiam.bench.guard_goals import LOSS, cells_markdown, guard_scores, to_markdown
 from zerosiam.bench.select import grid_specs
 from zerosiam.bench.spec import KIND, RunSpec
 from zerosiam.bench.store import ResultStore
@@ -198,6 +201,9 @@ def main() -> None:
     parser.add_argument("--where-auto-fired", "--repeats-only", action="store_true", help=where)
     lost = "run and judge only the cells auto's stored run ends more than a point below NoAdapt"
     parser.add_argument("--where-auto-lost", action="store_true", help=lost)
+    parser.add_argument(
+        "--cells", action="store_true", help="also every judged cell, as report --guards --cells"
+    )
     args = parser.parse_args()
     fired = [fired_before_change(*pair) for variant in args.variant for pair in settings_of(variant).items()]
     if args.where_auto_fired and None in fired:
@@ -232,6 +238,8 @@ def main() -> None:
     if args.where_auto_fired:
         rows += stand_ins(variants, quiet, store)
     print(to_markdown(guard_scores(rows)), end="")
+    if args.cells:
+        print("\n" + cells_markdown(rows), end="")
 
 
 if __name__ == "__main__":
