@@ -164,6 +164,7 @@ class _Cells:
 
 
 def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
+    """``rows`` by cell, with the stand-ins of the guards ``worn`` (:func:`_with_stand_ins`)."""
     rows, stand_ins = _with_stand_ins(list(rows), set(worn))
     baseline: dict[str, float] = {}
     runs: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
@@ -292,7 +293,7 @@ def _cell_entry(row: Mapping[str, Any] | None, reference: float, stood_in: bool)
 
 def _what_the_guard_did(guard: str, metrics: Mapping[str, Any]) -> str:
     """A guarded run's triggers (``auto``'s by bar); an unguarded run's first steps where SAR's rule and
-    ``auto``'s watch would have fired ("–" where they never would), where it recorded them."""
+    ``auto``'s watch would have fired (or ``never``), where it recorded them."""
     if guard != NO_GUARD:
         triggers = int(metrics.get("guard_triggers") or 0)
         bars = [
