@@ -121,7 +121,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) ->
                 mild[guard][1] += int(row["metrics"].get("guard_triggers") or 0)
     unguarded = accuracy.get(NO_GUARD, {})
     scores = []
-    for guard in sorted(accuracy, key=lambda name: (name != NO_GUARD, name)):
+    for guard in _in_order(accuracy):
         judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
         ordered = sorted(judged, key=lambda cell: _label(specs[cell]))
         lost = [cell for cell in ordered if judged[cell] < reference[cell] - LOSS]
@@ -150,6 +150,11 @@ def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) ->
             )
         )
     return scores
+
+
+def _in_order(guards: Iterable[str]) -> list[str]:
+    """The guards as the goals' table and the cells' columns list them: ``none`` first, then by name."""
+    return sorted(guards, key=lambda name: (name != NO_GUARD, name))
 
 
 @dataclass(frozen=True)
@@ -260,7 +265,7 @@ def cells_markdown(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) 
     on it and ``auto``'s watch would first have fired, where it recorded them. A cell more than
     :data:`LOSS` points below its NoAdapt is in bold."""
     found = _cells(rows, worn)
-    guards = sorted(found.runs, key=lambda name: (name != NO_GUARD, name))
+    guards = _in_order(found.runs)
     judged = sorted(
         (cell for cell, value in found.reference.items() if value is not None),
         key=lambda cell: _label(found.specs[cell]),
