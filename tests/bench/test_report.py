@@ -468,6 +468,36 @@ def test_heatmap_grid_matches_the_sweep(plots, tmp_path):
     assert_png(path)
 
 
+def summary_rows() -> list[dict[str, Any]]:
+    """The mild scenario on two models: ``resnet20`` with all six adapting methods and one seed, ZeroSiam
+    25 points above NoAdapt (past the colour scale); ``vit`` with Tent and ZeroSiam only, three seeds."""
+    found = []
+    six = {"tent": 0.60, "sar": 0.61, "eata": 0.62, "deyo": 0.63, "come": 0.64, "zerosiam": 0.65}
+    for method, value in {"noadapt": 0.40, **six}.items():
+        found += full_line(method, dict.fromkeys(BENCHMARK, value))
+    for seed in (0, 1, 2):
+        for method, value in {"noadapt": 0.60, "tent": 0.60, "zerosiam": 0.62}.items():
+            found += full_line(method, dict.fromkeys(BENCHMARK, value + 0.001 * seed), model="vit", seed=seed)
+    return found
+
+
+def test_summary_figure_marks_one_seed_clipped_and_unranked_cells(plots, tmp_path):
+    from zerosiam.bench import summary
+
+    rows = summary_rows()
+    found = summary.build_summary(rows)
+    assert (found.cell("mild", "resnet20").seeds, found.cell("mild", "vit").seeds) == (1, 3)
+    assert plots.summary_text(found, "mild", "resnet20") == "+25.0†\n(1/6)"
+    # the table ranks ZeroSiam first of the two that ran; the figure says that four of six did not
+    assert found.cell("mild", "vit").text == "+2.0 (1/2)"
+    assert plots.summary_text(found, "mild", "vit") == "+2.0\n(2 of 6 ran)"
+    grid = plots.summary_grid(found)
+    limit = plots.summary_limit(grid)
+    assert limit == plots.SUMMARY_SATURATION  # the 25-point cell does not set the scale
+    assert plots.summary_clipped(grid, limit).tolist() == [[True, False]]
+    assert_png(plots.plot_summary(found, tmp_path / "summary.png"))
+
+
 # ------------------------------------------------------------------------------------------------ command
 
 

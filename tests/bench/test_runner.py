@@ -182,7 +182,7 @@ def test_stacked_runs_give_each_run_what_it_gets_alone(fake_domains, tiny_model,
 
 def test_runs_that_cannot_share_an_adapter_are_refused(fake_domains, tiny_model):
     fog, snow = _spec(batch_size=1, protocol="bs1"), _spec(batch_size=1, protocol="bs1", corruption="snow")
-    with pytest.raises(ValueError, match=r"differ in their corruption and seed only, not in \['method'\]"):
+    with pytest.raises(ValueError, match=r"differ in corruption, seed, replica only, not in \['method'\]"):
         runner.run_stacked([fog, dataclasses.replace(snow, method="zerosiam")])
     with pytest.raises(ValueError, match="do not stack"):
         runner.run_stacked(

@@ -27,8 +27,9 @@ from zerosiam.protocols.build import MIXED, Stream, gather_batch
 
 STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps
 # What stacked runs may differ in: each stream is built from its own run's corruption and seed (the seed
-# orders the stream), while the model, the method and its rates are the adapter's and shared.
-STACKED_AXES = ("corruption", "seed")
+# orders the stream) and rounded as its replica says, while the model, the method and its rates are the
+# adapter's and shared.
+STACKED_AXES = ("corruption", "seed", "replica")
 
 
 def unstacked(values: dict[str, object]) -> dict[str, object]:
@@ -38,9 +39,9 @@ def unstacked(values: dict[str, object]) -> dict[str, object]:
 
 
 def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
-    """The runs' common spec if they may share one stacked adapter: the same run but for the corruption
-    and the seed (``STACKED_AXES``), no prelude (a relay hands one model over) and not the mixed protocol
-    (one stream already); otherwise a one-line error."""
+    """The runs' common spec if they may share one stacked adapter: the same run but for the corruption,
+    the seed and the replica (``STACKED_AXES``), no prelude (a relay hands one model over) and not the
+    mixed protocol (one stream already); otherwise a one-line error."""
     if not specs:
         raise ValueError("no runs to stack")
     first = specs[0]
@@ -51,7 +52,7 @@ def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
         values = spec.as_dict()
         differing = [field for field, value in common.items() if values[field] != value]
         if differing:
-            raise ValueError(f"stacked runs may differ in their corruption and seed only, not in {differing}")
+            raise ValueError(f"stacked runs may differ in {', '.join(STACKED_AXES)} only, not in {differing}")
     if first.prelude or first.corruption == MIXED:
         raise ValueError(
             f"runs with a prelude or of the mixed protocol do not stack (protocol {first.protocol!r}, "

@@ -101,6 +101,7 @@ class Grid:
     stream: dict[str, list[Any]] = field(default_factory=dict)  # a protocol's parameters, swept
     prelude: dict[str, Any] = field(default_factory=dict)  # another method first (RunSpec.prelude)
     guards: list[str] = field(default_factory=lambda: ["none"])  # what each method wears (parts.guards)
+    replicas: list[int] = field(default_factory=lambda: [0])  # executions of each run (bench/replica.py)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Grid:
@@ -168,6 +169,8 @@ class Grid:
                 raise GridError(f"stream parameter {name!r} takes non-negative numbers, got {values!r}")
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
             raise GridError(f"seeds must be non-negative integers, got {self.seeds}")
+        if not self.replicas or any(not _non_negative(r) or isinstance(r, float) for r in self.replicas):
+            raise GridError(f"replicas must be non-negative integers, got {self.replicas}")
         for method in self.methods:
             _check_options(method, self.hparams, "option")
         for option in sorted(self.sweep):
@@ -187,7 +190,7 @@ class Grid:
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one
-        that does not adapt (NoAdapt) every rate and guard, so a rate sweep or a guard axis runs it once."""
+        that does not adapt (NoAdapt) every rate, guard and replica, so such an axis runs it once."""
         out = []
         axes = (
             self.models,
@@ -198,10 +201,13 @@ class Grid:
             self.methods,
             _points(self.sweep),
             self.guards,
+            self.replicas,
         )
-        for model, protocol, severity, stream, seed, method, point, guard in itertools.product(*axes):
-            if guard != "none" and not get_recipe(method).adapts:
-                continue  # NoAdapt has nothing to guard: it runs once, unguarded
+        for model, protocol, severity, stream, seed, method, point, guard, replica in itertools.product(
+            *axes
+        ):
+            if (guard != "none" or replica) and not get_recipe(method).adapts:
+                continue  # NoAdapt has nothing to guard nor to round apart: it runs once
             accepted = options_of(method)
             hparams = {**self.hparams, **{key: value for key, value in point.items() if key in accepted}}
             for option in _ignored_rates(method):
@@ -223,6 +229,7 @@ class Grid:
                         hparams=hparams,
                         prelude=self.prelude,
                         guard=guard,
+                        replica=replica,
                         **stream,
                     )
                 )

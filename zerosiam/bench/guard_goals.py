@@ -3,7 +3,8 @@
 A *cell* is one adapting run's setting without its guard (model, method, rates, stream, corruption,
 seed, ...); its NoAdapt is the unguarded, non-adapting run of the same stream. Per guard:
 
-* **lost**: the cells that end more than :data:`LOSS` points below their NoAdapt (the goal: none);
+* **lost**: the cells that end below their NoAdapt by more than :data:`LOSS` points and more than the
+  cell's noise (``zerosiam.bench.noise``: the band of one run against NoAdapt) (the goal: none);
 * **gain kept**: where the unguarded method beats NoAdapt, the guarded gain summed over those cells as a
   share of the unguarded gain summed over them (the goal: at least 90 %);
 * **false alarms**: on the mild streams (nothing collapses there at the chosen rates), the guard's
@@ -21,7 +22,14 @@ unguarded run (its ``auto_guard_fires`` metric, where ``zerosiam bench`` watched
 either. Where a store has no run of such a guard on such a cell (a grid leaves ``rdumb`` off the short
 streams, ``zerosiam bench`` does not run what a stored unguarded run already shows), the unguarded run
 stands in for it (counted apart, in ``stand_ins``), so that every guard is judged on the same cells
-without runs that could only repeat the unguarded ones.
+without runs that could only repeat the unguarded ones. A stand-in is the unguarded run itself: the same
+device and execution, and a guard that watches without acting changes no computation (the twins of
+``benchmarks/divergence.py`` agree in every bit).
+
+A cell is judged only where all of its guards' runs ran on one device (:func:`device_of`): an online run's
+number moves with its rounding, so a guarded run on a GPU against its unguarded twin on a CPU compares
+executions, not guards. The cells set aside are counted (``GuardScore.across_devices``) and listed by
+``cells_markdown``.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerosiam.bench.names import method_name
+from zerosiam.bench.noise import Noise
 from zerosiam.bench.spec import NO_GUARD, without_later_defaults
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
 from zerosiam.parts.guards import AUTO, RDUMB, RDUMB_EVERY, SAR, never_acts
@@ -64,6 +73,7 @@ class GuardScore:
     stand_ins: int = 0  # cells judged on the unguarded run, where this guard never acts on it
     stood_in_lost: tuple[str, ...] = ()  # the lost cells among those, listed with the unguarded losses
     mean_below: float | None = None  # NoAdapt less the guard, averaged over the cells, in points
+    across_devices: int = 0  # cells set aside: their guards' runs ran on different devices
 
     @property
     def gain_kept(self) -> float | None:
@@ -102,11 +112,30 @@ def _label(spec: Mapping[str, Any]) -> str:
     return f"{spec['model']} {method}, {spec['protocol']}, {corruption}"
 
 
-def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) -> list[GuardScore]:
+def device_of(row: Mapping[str, Any]) -> str:
+    """What a run computed on, as far as its record says: the GPU's name, or the CPU's model (``cpu``
+    for runs stored before the model was recorded)."""
+    env = row.get("env") or {}
+    return str(env.get("gpu") or env.get("cpu_model") or "cpu")
+
+
+def loss_bar(spec: Mapping[str, Any], noise: Noise | None) -> float:
+    """How far below NoAdapt a run must end to count as lost: :data:`LOSS`, or the run's noise band
+    against NoAdapt where that is wider."""
+    if noise is None:
+        return LOSS
+    band = noise.band(spec["model"], spec["protocol"], (spec["method"], BASELINE))
+    return max(LOSS, band)
+
+
+def guard_scores(
+    rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = (), noise: Noise | None = None
+) -> list[GuardScore]:
     """The goals of every guard among ``rows`` (vision rows of one store) and in ``worn`` (a grid's guards),
-    ``none`` first. Cells without a NoAdapt run of their stream are left out; accuracies are compared in
-    points. When any guard ran or is worn, its missing runs where it never acts are stood in for by the
-    unguarded ones (module docstring): a grid whose guarded runs were all spared is judged all the same."""
+    ``none`` first. Cells without a NoAdapt run of their stream, or whose guards ran on different devices,
+    are left out; accuracies are compared in points, a loss only beyond ``noise``. When any guard ran or is
+    worn, its missing runs where it never acts are stood in for by the unguarded ones (module docstring): a
+    grid whose guarded runs were all spared is judged all the same."""
     found = _cells(rows, worn)
     reference, specs, stand_ins = found.reference, found.specs, found.stand_ins
     accuracy = {
@@ -124,7 +153,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) ->
     for guard in _in_order(accuracy):
         judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
         ordered = sorted(judged, key=lambda cell: _label(specs[cell]))
-        lost = [cell for cell in ordered if judged[cell] < reference[cell] - LOSS]
+        lost = [cell for cell in ordered if judged[cell] < reference[cell] - loss_bar(specs[cell], noise)]
         stood_in = {cell for worn, cell in stand_ins if worn == guard} & judged.keys()
         gaining = [cell for cell in judged if cell in unguarded and unguarded[cell] > reference[cell]]
         gained = sum(unguarded[cell] - reference[cell] for cell in gaining)
@@ -147,6 +176,7 @@ def guard_scores(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) ->
                 len(stood_in),
                 tuple(text[cell] for cell in lost if cell in stood_in),
                 statistics.fmean(shortfall) if shortfall else None,
+                len(found.across_devices),
             )
         )
     return scores
@@ -166,10 +196,12 @@ class _Cells:
     specs: dict[str, Mapping[str, Any]]
     reference: dict[str, float | None]
     stand_ins: set[tuple[str, str]]  # (guard, cell): judged on the unguarded run
+    across_devices: dict[str, set[str]]  # cell set aside → the devices its guards' runs ran on
 
 
 def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
-    """``rows`` by cell, with the stand-ins of the guards ``worn`` (:func:`_with_stand_ins`)."""
+    """``rows`` by cell, with the stand-ins of the guards ``worn`` (:func:`_with_stand_ins`), less the cells
+    whose guards' runs ran on different devices (set aside, with those devices)."""
     rows, stand_ins = _with_stand_ins(list(rows), set(worn))
     baseline: dict[str, float] = {}
     runs: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
@@ -181,8 +213,16 @@ def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
             continue
         cell = _key(spec, {"guard"})
         runs[spec.get("guard", NO_GUARD)][cell], specs[cell] = row, spec
-    reference = {cell: baseline.get(stream_key(spec)) for cell, spec in specs.items()}
-    return _Cells(dict(runs), specs, reference, stand_ins)
+    devices: dict[str, set[str]] = defaultdict(set)
+    for by_cell in runs.values():
+        for cell, row in by_cell.items():
+            devices[cell].add(device_of(row))
+    across = {cell: found for cell, found in devices.items() if len(found) > 1}
+    for by_cell in runs.values():
+        for cell in across:
+            by_cell.pop(cell, None)
+    reference = {cell: baseline.get(stream_key(spec)) for cell, spec in specs.items() if cell not in across}
+    return _Cells(dict(runs), specs, reference, stand_ins, across)
 
 
 def _with_stand_ins(
@@ -219,7 +259,7 @@ def _as_worn(row: Mapping[str, Any], guard: str) -> dict[str, Any]:
 def to_markdown(scores: Sequence[GuardScore]) -> str:
     """The goals as one table, then the cells each guard lost (the unguarded losses are counted only)."""
     lines = [
-        f"| Guard | Cells | Over {LOSS:.1f} below NoAdapt | Mean below NoAdapt | Gain kept "
+        f"| Guard | Cells | Lost (over {LOSS:.1f} and the noise) | Mean below NoAdapt | Gain kept "
         "| Triggers per 100 batches (mild) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -244,6 +284,10 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
         "NoAdapt, the guarded gain summed as a share of the unguarded gain summed (the two sums in points, "
         "in brackets).",
     ]
+    if scores and scores[0].across_devices:
+        lines.append(
+            f"\n{scores[0].across_devices} cells set aside: their guards' runs ran on different devices."
+        )
     lines += [
         f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs "
         f"({STOOD_IN[score.guard]}; their losses are not listed)."
@@ -257,13 +301,15 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cells_markdown(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) -> str:
+def cells_markdown(
+    rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = (), noise: Noise | None = None
+) -> str:
     """One line per judged cell: NoAdapt, then each guard's accuracy and what it did there, so that a
     reader can see which cells a count is made of and which bar fired (the goals' table sums them away).
     A guarded run shows its triggers, ``auto``'s by the bar each crossed where the run recorded them; a
     cell judged on the unguarded run shows ``= none``; the unguarded run shows where SAR's rule replayed
-    on it and ``auto``'s watch would first have fired, where it recorded them. A cell more than
-    :data:`LOSS` points below its NoAdapt is in bold."""
+    on it and ``auto``'s watch would first have fired, where it recorded them. A cell lost (more than
+    :func:`loss_bar` below its NoAdapt) is in bold. The cells set aside across devices follow."""
     found = _cells(rows, worn)
     guards = _in_order(found.runs)
     judged = sorted(
@@ -276,20 +322,30 @@ def cells_markdown(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) 
     ]
     for cell in judged:
         reference = found.reference[cell]
+        bar = loss_bar(found.specs[cell], noise)
         entries = [
-            _cell_entry(found.runs[guard].get(cell), reference, (guard, cell) in found.stand_ins)
+            _cell_entry(found.runs[guard].get(cell), reference, bar, (guard, cell) in found.stand_ins)
             for guard in guards
         ]
         lines.append(f"| {_label(found.specs[cell])} | {reference:.1f} | " + " | ".join(entries) + " |")
+    if found.across_devices:
+        lines += ["", "Set aside, their guards' runs on different devices:"]
+        lines += [
+            f"- {_label(found.specs[cell])}: {', '.join(sorted(devices))}"
+            for cell, devices in sorted(
+                found.across_devices.items(), key=lambda item: _label(found.specs[item[0]])
+            )
+        ]
     return "\n".join(lines) + "\n"
 
 
-def _cell_entry(row: Mapping[str, Any] | None, reference: float, stood_in: bool) -> str:
-    """A guard's accuracy on one cell (bold where lost) and, in brackets, what it did there."""
+def _cell_entry(row: Mapping[str, Any] | None, reference: float, bar: float, stood_in: bool) -> str:
+    """A guard's accuracy on one cell (bold where lost: more than ``bar`` below NoAdapt) and, in brackets,
+    what it did there."""
     if row is None:
         return "–"
     points = 100 * row["metrics"]["accuracy"]
-    accuracy = f"**{points:.1f}**" if points < reference - LOSS else f"{points:.1f}"
+    accuracy = f"**{points:.1f}**" if points < reference - bar else f"{points:.1f}"
     if stood_in:
         return f"{accuracy} (= none)"
     done = _what_the_guard_did(row["spec"].get("guard", NO_GUARD), row["metrics"])

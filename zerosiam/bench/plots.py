@@ -4,7 +4,8 @@
   running mean, mean logit norm, centre dominance, ``‖θ_h − I‖_F``, the entropy and the divergence terms),
   one line per run, a triangle on the accuracy line wherever a guard put the run back;
 * :func:`plot_lr_heatmap`: accuracy of a learning-rate sweep on a grid (rows ``η_f``, columns ``η_h``);
-* :func:`plot_summary`: the scenario × model grid of ZeroSiam − NoAdapt with ZeroSiam's rank in each cell.
+* :func:`plot_summary`: the scenario × model grid of ZeroSiam − NoAdapt with ZeroSiam's rank in each cell,
+  its one-seed cells, its cells past the colour scale and its cells with methods missing marked.
 
 Figures are drawn on a bare :class:`matplotlib.figure.Figure` attached to the Agg canvas, never through
 ``pyplot``: no window, no global backend switch, and nothing left open in a long-running process.
@@ -26,7 +27,7 @@ from matplotlib.figure import Figure
 
 from zerosiam.bench.names import method_name, method_rank
 from zerosiam.bench.summary import Summary
-from zerosiam.bench.tables import run_labels
+from zerosiam.bench.tables import MISSING, run_labels
 
 # (curve key, panel title, y-axis label) in the order of the paper's diagnostics.
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -212,9 +213,12 @@ def _annotate(ax: Any, grid: np.ndarray) -> None:
 
 
 SUMMARY_WIDTH = 7.5  # inches: 900 px at the 120 dpi of :func:`_save`, the width the results page shows
-SUMMARY_RANK = "(in brackets: ZeroSiam's rank among the adapting methods, k–m if level)"
+SUMMARY_RANK = "(k/n): ZeroSiam's rank among the n adapting methods, k–m if level; (n of N ran): not ranked"
+SUMMARY_MARKS = "†: one seed; outlined: beyond ±{limit:g} points, where the colour saturates"
+ONE_SEED = "†"
 # Points past which the colour saturates: a BatchNorm model's ±25-point swings would otherwise pale the
-# one-to-five-point differences that separate methods everywhere else (the cells keep their numbers).
+# one-to-five-point differences that separate methods everywhere else (the cells keep their numbers, and
+# an outline marks each cell past the scale).
 SUMMARY_SATURATION = 10.0
 
 
@@ -229,22 +233,63 @@ def summary_grid(summary: Summary) -> np.ndarray:
     ).reshape(len(summary.scenarios), len(summary.models))
 
 
-def plot_summary(summary: Summary, path: str | Path, *, title: str | None = None) -> Path:
+def summary_methods(summary: Summary, scenario: str) -> int:
+    """The adapting methods of ``scenario``: the most that have a complete result in any of its cells."""
+    return max((summary.cell(scenario, model).ranked for model in summary.models), default=0)
+
+
+def summary_text(summary: Summary, scenario: str, model: str) -> str:
+    """A cell's two lines: the difference (``†`` after it where one seed was run) over ZeroSiam's rank,
+    or, where some of the scenario's adapting methods have no complete result, how many ran: a rank among
+    three of six says nothing about the other three."""
+    cell = summary.cell(scenario, model)
+    if cell.difference is None:
+        return MISSING
+    difference, _, rank = cell.text.partition(" ")
+    if cell.seeds == 1:
+        difference += ONE_SEED
+    methods = summary_methods(summary, scenario)
+    if cell.ranked < methods:
+        rank = f"({cell.ranked} of {methods} ran)"
+    return f"{difference}\n{rank}"
+
+
+def summary_limit(grid: np.ndarray) -> float:
+    """The colour scale's half-width: the largest difference, at least 1 point, at most
+    :data:`SUMMARY_SATURATION`."""
+    finite = np.abs(grid[np.isfinite(grid)])
+    largest = float(finite.max()) if finite.size else 0.0
+    return min(max(largest, 1.0), SUMMARY_SATURATION)  # a flat grid still gets a scale
+
+
+def summary_clipped(grid: np.ndarray, limit: float) -> np.ndarray:
+    """The cells whose difference lies beyond the colour scale (drawn in its end colour)."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(grid) & (np.abs(grid) > limit)
+
+
+def plot_summary(
+    summary: Summary,
+    path: str | Path,
+    *,
+    title: str | None = None,
+) -> Path:
     """Write the summary heat map to ``path``: colour = ZeroSiam − NoAdapt on a diverging map centred on 0
-    (blue above, red below, limits symmetric so that equal gains and losses look equally strong), each
-    cell annotated with its text, missing cells grey."""
+    (blue above, red below, limits symmetric so that equal gains and losses look equally strong, saturating
+    at :data:`SUMMARY_SATURATION`), each cell annotated with :func:`summary_text`, missing cells grey, the
+    cells beyond the scale outlined, the one-seed cells marked."""
     grid = summary_grid(summary)
     if not grid.size:
         raise ValueError("plot_summary needs at least one scenario and one model")
-    finite = np.abs(grid[np.isfinite(grid)])
-    largest = float(finite.max()) if finite.size else 0.0
-    limit = min(max(largest, 1.0), SUMMARY_SATURATION)  # a flat grid still gets a scale
-    height = 0.55 * len(summary.scenarios) + 1.8
+    limit = summary_limit(grid)
+    clipped = summary_clipped(grid, limit)
+    height = 0.55 * len(summary.scenarios) + 2.0
     figure = Figure(figsize=(SUMMARY_WIDTH, height), layout="constrained")
     ax = figure.subplots()
     cmap = colormaps["RdBu"].with_extremes(bad="lightgrey")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto")
     _annotate_summary(ax, summary, grid, limit)
+    _outline(ax, clipped)
     tilted = len(summary.models) > 4 or max(map(len, summary.models)) > 12  # long names would overlap
     rotation, alignment = (30, "right") if tilted else (0, "center")
     ax.set_xticks(range(len(summary.models)), summary.models, rotation=rotation, ha=alignment)
@@ -252,18 +297,33 @@ def plot_summary(summary: Summary, path: str | Path, *, title: str | None = None
     ax.set_xlabel("model")
     ax.set_ylabel("scenario")
     figure.colorbar(
-        image, ax=ax, label="ZeroSiam − NoAdapt (points)", extend="both" if largest > limit else "neither"
+        image, ax=ax, label="ZeroSiam − NoAdapt (points)", extend="both" if clipped.any() else "neither"
     )
-    ax.set_title(title or f"ZeroSiam − NoAdapt in accuracy points, {summary.scope}\n{SUMMARY_RANK}")
+    marks = SUMMARY_MARKS.format(limit=limit)
+    ax.set_title(
+        title or f"ZeroSiam − NoAdapt in accuracy points, {summary.scope}\n{SUMMARY_RANK}\n{marks}",
+        fontsize=10,
+    )
     return _save(figure, path)
 
 
 def _annotate_summary(ax: Any, summary: Summary, grid: np.ndarray, limit: float) -> None:
-    """Each cell's text on two lines (difference over rank), so that it fits six models in 900 px."""
+    """Each cell's :func:`summary_text`, on two lines so that it fits six models in 900 px."""
     size = 10 if len(summary.models) <= 6 else 8
     for (i, j), value in np.ndenumerate(grid):
-        text = summary.cell(summary.scenarios[i], summary.models[j]).text.replace(" ", "\n")
+        text = summary_text(summary, summary.scenarios[i], summary.models[j])
         ax.text(j, i, text, ha="center", va="center", color=_text_colour(value, limit), fontsize=size)
+
+
+def _outline(ax: Any, clipped: np.ndarray) -> None:
+    """A thick frame inside each clipped cell, black with a white core so that it shows on either end
+    of the colour map."""
+    from matplotlib.patches import Rectangle
+
+    for i, j in zip(*np.nonzero(clipped), strict=True):
+        for colour, width in (("black", 4.0), ("white", 1.5)):
+            frame = Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, edgecolor=colour, linewidth=width)
+            ax.add_patch(frame)
 
 
 def _text_colour(value: float, limit: float) -> str:

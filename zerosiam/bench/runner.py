@@ -41,6 +41,7 @@ from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
 from zerosiam.bench.memory import peak_gpu_mb, peak_mb, reset_peak
 from zerosiam.bench.mistakes import cached_mistakes
+from zerosiam.bench.replica import jittered
 from zerosiam.bench.spec import LATER_FIELDS, NO_GUARD, RunSpec, check_prelude
 from zerosiam.corruptions.datasets import load_corrupted
 from zerosiam.data.tensors import to_input
@@ -207,12 +208,13 @@ def run_stacked(
     )
     frozen_rows = [s.frozen_rows for s in stacked if s.frozen_rows is not None]
     total = length + (len(frozen_batches(stacked[0], frozen_rows[0])) if frozen_rows else 0)
+    replicas = [one.replica for one in specs]
     for index in steps:
         asked = time.perf_counter()
         x, y = next(loader)  # decoded ahead by the loader's workers, in order
         waited += time.perf_counter() - asked
         x, y = to_device(x, y, device)
-        hits = (adapter(x).argmax(1) == y).float().view(len(specs), -1)
+        hits = (adapter(jittered(x, replicas, index)).argmax(1) == y).float().view(len(specs), -1)
         for score, stream_batches, stream_hits, end in zip(scores, batches, hits, ends, strict=True):
             if index < end:
                 score.add(index, *stream_batches.bounds[index], stream_hits)
@@ -261,13 +263,14 @@ def _results(
         metrics["peak_rss_scope"] = "run" if own_peak else "process"
         if len(specs) > 1:
             metrics["streams"] = len(specs)
+        place = {"stack": {"streams": len(specs), "place": number}}  # a stack of one stream is a lone run
         if spec.prelude:
             metrics["prelude_accuracy"] = score.prelude_accuracy
         else:  # a relay's two legs each have their own guard: no one rule to replay over both
             metrics.update(sar_replayed(history) | auto_watched(history))
         if first:
             metrics["resumed_from_step"] = first
-        results.append(Result(one, metrics, _curves(history, score.curve()), env))
+        results.append(Result(one, metrics, _curves(history, score.curve()), {**env, **place}))
     return results
 
 

@@ -23,7 +23,7 @@ from zerosiam.zoo.trained import shipped_sha256
 KIND = "vision"  # the store's kind of a RunSpec's rows (language runs store their own)
 # RunSpec fields younger than the stores, and their defaults: not in a run's identity while at them
 NO_GUARD = "none"  # the guard of every run stored before guards existed
-LATER_FIELDS = {"prelude": {}, "guard": NO_GUARD}
+LATER_FIELDS = {"prelude": {}, "guard": NO_GUARD, "replica": 0}
 
 
 def without_later_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,6 +60,11 @@ class RunSpec:
     batches are scored apart, as ``prelude_accuracy``. ``guard`` names the guard the method wears
     (``zerosiam.parts.guards``: none, rdumb, sar, auto). The device is not here: it is where a run
     computes, not what it computes.
+    ``replica`` numbers the executions of one spec that the noise study makes: replica 0 is the run as
+    it always was; a replica ``r`` ≥ 1 moves every adapted input value by one float32 rounding step, in a
+    pattern drawn from ``r`` (``zerosiam.bench.noise``), which changes what a run computes by no more than
+    another machine's rounding does, so that how far one spec's number moves can be measured on one
+    machine.
     """
 
     model: str
@@ -80,12 +85,15 @@ class RunSpec:
     hparams: dict[str, Any] = field(default_factory=dict)
     prelude: dict[str, Any] = field(default_factory=dict)
     guard: str = "none"
+    replica: int = 0
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
         guard_named(self.guard)  # a ValueError naming the guards if it is unknown
         if self.prelude:
             check_prelude(self.prelude)
+        if isinstance(self.replica, bool) or not isinstance(self.replica, int) or self.replica < 0:
+            raise ValueError(f"a replica is a non-negative integer, got {self.replica!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {PROTOCOLS}")
         if (self.protocol == MIXED) != (self.corruption == MIXED):

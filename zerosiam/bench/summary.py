@@ -13,11 +13,12 @@ list) rather than the summary silently picking one line.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name
+from zerosiam.bench.noise import Noise
 from zerosiam.bench.tables import (
     AVERAGE,
     BASELINE,
@@ -38,16 +39,19 @@ SCENARIOS: tuple[str, ...] = (
     "mild", "label_shift", "bs1", "label_shift_bs1", "mixed", "blind_spot", "noise_prefix", "epochs",
 )  # fmt: skip
 # The rubric of docs/RESULTS.md: a lead counts when it is at least COUNTS_AT points and larger than the two
-# lines' seed standard deviations added, or at least COUNTS_AT_ONE_SEED points where one seed was run.
+# lines' seed standard deviations added, or at least COUNTS_AT_ONE_SEED points where one seed was run, and
+# in either case beyond the two results' noise (``zerosiam.bench.noise``).
 COUNTS_AT = 0.5
 COUNTS_AT_ONE_SEED = 1.0
+LEVEL = "≈"  # before a difference from NoAdapt that does not count
 _ROUNDING = 1e-9  # so that a difference of exactly the bar, computed in floating point, still counts
 CAPTION = (
     "ZeroSiam − NoAdapt on {scope}, in accuracy points: mean over the 15 corruptions and the seeds "
     "that every method of the cell has complete (for mixed, the whole stream's accuracy); (k/n) = "
     "ZeroSiam's rank among the n adapting methods with a complete result, (k–m/n) where the methods "
     f"ranked k to m are within a margin that does not count (under {COUNTS_AT} point or the seed stds "
-    f"added; under {COUNTS_AT_ONE_SEED} with one seed); "
+    f"added; under {COUNTS_AT_ONE_SEED} with one seed; or within the noise of one spec's number); "
+    f"{LEVEL} before a difference: within that margin of NoAdapt; "
     f"{MISSING} = no complete result for NoAdapt or ZeroSiam."
 )
 
@@ -62,22 +66,25 @@ class SummaryCell:
     """ZeroSiam − NoAdapt in points (``None`` when either lacks a complete result) and ZeroSiam's rank
     among the ``ranked`` adapting methods that have one: ``rank`` counts only the methods whose lead over it
     counts, ``lowest`` every method but those it leads by a margin that counts, so that a rank is never
-    read from a difference inside the seeds' spread."""
+    read from a difference inside the seeds' spread nor the noise. ``level``: the difference from NoAdapt
+    does not count; ``seeds``: how many seeds the cell compares on."""
 
     difference: float | None = None
     rank: int | None = None
     ranked: int = 0
     lowest: int | None = None
+    level: bool = False
+    seeds: int = 0
 
     @property
     def text(self) -> str:
         """``+2.9 (1/6)``, or ``+2.9 (1–3/6)`` when ZeroSiam is level with others: signed difference, one
-        decimal, then the rank; ``–`` when missing."""
+        decimal (after ``≈`` when it does not count), then the rank; ``–`` when missing."""
         if self.difference is None:
             return MISSING
         difference = round(self.difference, 1) + 0.0  # + 0.0: no "-0.0" for a tiny loss
         ranks = str(self.rank) if self.lowest in (None, self.rank) else f"{self.rank}–{self.lowest}"
-        return f"{difference:+.1f} ({ranks}/{self.ranked})"
+        return f"{LEVEL if self.level else ''}{difference:+.1f} ({ranks}/{self.ranked})"
 
 
 @dataclass
@@ -95,14 +102,15 @@ class Summary:
         return self.cells.get((scenario, model), SummaryCell())
 
 
-def build_summary(rows: Iterable[Mapping[str, Any]]) -> Summary:
+def build_summary(rows: Iterable[Mapping[str, Any]], noise: Noise | None = None) -> Summary:
     """The summary of every vision row given on the 15 corruptions or the mixed stream (filter the rows
-    first). Raises :class:`AmbiguousCell` for a cell that cannot be one number."""
+    first), its comparisons counting only beyond ``noise`` (``noise_of`` the store; none: rounding is
+    taken as exact). Raises :class:`AmbiguousCell` for a cell that cannot be one number."""
     kept = [row for row in select_rows(rows) if row["spec"].get("corruption") in (*BENCHMARK, MIXED)]
     by_cell: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for row in kept:
         by_cell[str(row["spec"].get("protocol")), str(row["spec"].get("model"))].append(row)
-    cells = {key: _summarise(key, members) for key, members in by_cell.items()}
+    cells = {key: _summarise(key, members, noise or Noise()) for key, members in by_cell.items()}
     return Summary(
         scenarios=sorted({scenario for scenario, _ in by_cell}, key=scenario_rank),
         models=sorted({model for _, model in by_cell}),
@@ -116,10 +124,19 @@ def scenario_rank(protocol: str) -> tuple[int, str]:
     return (SCENARIOS.index(protocol), "") if protocol in SCENARIOS else (len(SCENARIOS), protocol)
 
 
-def _summarise(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -> SummaryCell:
+def _summarise(key: tuple[str, str], rows: Sequence[Mapping[str, Any]], noise: Noise) -> SummaryCell:
     """One cell, compared on its shared seeds; no shared seed, no comparison."""
     shared = on_shared_seeds(rows)
-    return compare(method_scores(key, shared)) if shared else SummaryCell()
+    if not shared:
+        return SummaryCell()
+    protocol, model = key
+    corruptions = 1 if protocol == MIXED else len(BENCHMARK)
+
+    def band(a: str, b: str, cells: Mapping[str, Cell]) -> float:
+        runs = (corruptions * cells[a].seeds, corruptions * cells[b].seeds)
+        return noise.band(model, protocol, (a, b), runs)
+
+    return compare(method_scores(key, shared), band)
 
 
 def on_shared_seeds(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -181,25 +198,40 @@ def _labels_by_method(key: tuple[str, str], rows: Sequence[Mapping[str, Any]]) -
     return {method: variants.pop() for method, variants in found.items()}
 
 
-def compare(scores: Mapping[str, Cell]) -> SummaryCell:
+Band = Callable[[str, str, Mapping[str, Cell]], float]  # the noise band between two methods' cells
+
+
+def compare(scores: Mapping[str, Cell], band: Band | None = None) -> SummaryCell:
     """ZeroSiam's difference from NoAdapt and its rank among the adapting methods (all but NoAdapt) with
     a score: first after every method that leads it by a margin that :func:`counts`, last before every
-    method it leads by such a margin."""
+    method it leads by such a margin; ``band(a, b, scores)`` is the noise between methods a and b."""
     target, baseline = scores.get(TARGET, Cell(None)), scores.get(BASELINE, Cell(None))
     if target.mean is None or baseline.mean is None:
         return SummaryCell()
-    adapting = [cell for method, cell in scores.items() if method != BASELINE and cell.mean is not None]
-    above = sum(counts(cell, target) for cell in adapting)
-    below = sum(counts(target, cell) for cell in adapting)
-    return SummaryCell(target.mean - baseline.mean, 1 + above, len(adapting), len(adapting) - below)
+
+    def noise(a: str, b: str) -> float:
+        return band(a, b, scores) if band is not None else 0.0
+
+    adapting = [m for m, cell in scores.items() if m != BASELINE and cell.mean is not None]
+    above = sum(counts(scores[m], target, noise(m, TARGET)) for m in adapting)
+    below = sum(counts(target, scores[m], noise(TARGET, m)) for m in adapting)
+    level = not (
+        counts(target, baseline, noise(TARGET, BASELINE)) or counts(baseline, target, noise(BASELINE, TARGET))
+    )
+    return SummaryCell(
+        target.mean - baseline.mean, 1 + above, len(adapting), len(adapting) - below, level, target.seeds
+    )
 
 
-def counts(leader: Cell, other: Cell) -> bool:
+def counts(leader: Cell, other: Cell, noise: float = 0.0) -> bool:
     """Whether ``leader`` is ahead of ``other`` by a margin that counts: at least :data:`COUNTS_AT` and more
-    than their seed stds added where both have a spread, at least :data:`COUNTS_AT_ONE_SEED` otherwise."""
+    than their seed stds added where both have a spread, at least :data:`COUNTS_AT_ONE_SEED` otherwise, and
+    in either case more than ``noise`` (the band of ``zerosiam.bench.noise``'s rule, in points)."""
     if leader.mean is None or other.mean is None:
         return False
     lead = leader.mean - other.mean
+    if lead <= noise:
+        return False
     if leader.std is None or other.std is None:
         return lead >= COUNTS_AT_ONE_SEED - _ROUNDING
     return lead >= COUNTS_AT - _ROUNDING and lead > leader.std + other.std

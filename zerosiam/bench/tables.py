@@ -131,10 +131,13 @@ def select_rows(
     dataset: str | None = None,
     methods: Sequence[str] | None = None,
     seed: int | None = None,
+    replica: int | None = 0,
 ) -> list[Mapping[str, Any]]:
     """The vision rows that match every given filter (``None`` = any; ``methods``: any of them), oldest
     first so that a later rerun of the same run wins where rows collide. ``seed`` keeps one seed: each
-    cell is then that seed's stream, which a by-seed table only shows averaged over the corruptions."""
+    cell is then that seed's stream, which a by-seed table only shows averaged over the corruptions.
+    ``replica`` keeps the runs themselves (0) by default: the replicas of the noise study
+    (``zerosiam.bench.replica``) are read by ``zerosiam.bench.noise``, never as lines of a table."""
     wanted = {"model": model, "protocol": protocol, "severity": severity, "dataset": dataset, "seed": seed}
     kept = []
     for row in rows:
@@ -142,6 +145,8 @@ def select_rows(
             continue
         spec = row.get("spec") or {}
         if methods is not None and spec.get("method") not in methods:
+            continue
+        if replica is not None and spec.get("replica", 0) != replica:
             continue
         if all(value is None or spec.get(key) == value for key, value in wanted.items()):
             kept.append(row)

@@ -66,6 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--severity", "--severities", dest="severities", type=int_list)
     parser.add_argument("--protocols", type=csv_list)
     parser.add_argument("--seeds", type=int_list)
+    parser.add_argument(
+        "--replicas",
+        type=int_list,
+        help="executions of each run that differ by one rounding step (0: the run itself; docs/benchmark.md)",
+    )
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument(
         "--limit", type=positive_int, help="use this many images of each corruption (seeded subset)"
@@ -185,6 +190,7 @@ def _flag_values(args: argparse.Namespace, grid: Grid) -> dict[str, Any]:
         "severities": args.severities,
         "protocols": args.protocols,
         "seeds": args.seeds,
+        "replicas": args.replicas,
         "batch_size": args.batch_size,
         "limit": args.limit,
         "precision": args.precision,

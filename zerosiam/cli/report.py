@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from zerosiam.bench import report, summary
 from zerosiam.bench.names import DATASET_NAMES, method_name
+from zerosiam.bench.noise import Noise, noise_cells, noise_of
+from zerosiam.bench.noise import to_markdown as noise_markdown
 
 if TYPE_CHECKING:
     from zerosiam.bench.spec import RunSpec
@@ -81,6 +83,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "among the adapting methods (summary.md and, with --plot, summary.png under --out)",
     )
     parser.add_argument(
+        "--noise",
+        action="store_true",
+        help="instead of the tables, the noise floor per model and protocol: how far one spec's number "
+        "moves over its replicas, beside the seeds' spread (zerosiam.bench.noise)",
+    )
+    parser.add_argument(
         "--guards",
         action="store_true",
         help="instead of the tables, each guard's goals over the rows (docs/guard.md): cells more than a "
@@ -139,7 +147,11 @@ def run_report(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "methods": args.methods.split(",") if args.methods else None,
     }
-    rows = report.select_rows(_load_rows(args.db), **filters)
+    every = _load_rows(args.db)
+    if args.noise:
+        return _print_noise(report.select_rows(every, **filters, replica=None))
+    rows = report.select_rows(every, **filters)
+    noise = noise_of(every)  # the rule every comparison below uses, from all of the store's replicas
     worn: set[str] = set()  # the guards the grid files wear
     if args.grid:
         specs = _grids_specs(args.grid, args.db)
@@ -149,9 +161,9 @@ def run_report(args: argparse.Namespace) -> int:
         worn = {spec.guard for spec in specs}
         rows = [row for row in rows if row["run_id"] in wanted]
     if args.summary:
-        return _print_summary(rows, args)
+        return _print_summary(rows, args, noise)
     if args.guards:
-        return _print_guards(rows, worn, args.cells)
+        return _print_guards(rows, worn, args.cells, noise)
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
@@ -175,14 +187,24 @@ def _grids_specs(paths: Sequence[str], db: str) -> list[RunSpec] | None:
     return wanted
 
 
-def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> int:
+def _print_noise(rows: Sequence[Mapping[str, Any]]) -> int:
+    """Print the noise table of ``rows`` (replicas included)."""
+    cells = noise_cells(rows)
+    if not cells:
+        print("no replicated runs match these filters (zerosiam bench --replicas 1,2)", file=sys.stderr)
+        return 1
+    print(noise_markdown(cells), end="")
+    return 0
+
+
+def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace, noise: Noise) -> int:
     """Print the summary grid of ``rows``; with ``--out`` also write ``summary.md`` (and with ``--plot``
     ``summary.png``). An ambiguous cell is a usage error: the user narrows the rows, not the summary."""
     if args.groups or args.by_seed or args.heatmap:
         print("error: --summary has its own columns; drop --groups, --by-seed and --heatmap", file=sys.stderr)
         return 2
     try:
-        found = summary.build_summary(rows)
+        found = summary.build_summary(rows, noise)
     except summary.AmbiguousCell as error:
         print(f"error: {error}; narrow it with --grid or --methods", file=sys.stderr)
         return 2
@@ -197,18 +219,19 @@ def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace) 
     return 0
 
 
-def _print_guards(rows: Sequence[Mapping[str, Any]], worn: set[str], cells: bool) -> int:
+def _print_guards(rows: Sequence[Mapping[str, Any]], worn: set[str], cells: bool, noise: Noise) -> int:
     """Print the guards' goals over ``rows`` (a guard grid's, with ``--grid``), judging the guards the
-    grids wear (``worn``) even where none of their runs had to be made; with ``cells``, each cell too."""
+    grids wear (``worn``) even where none of their runs had to be made, a loss only beyond ``noise``;
+    with ``cells``, each cell too."""
     from zerosiam.bench.guard_goals import cells_markdown, guard_scores, to_markdown
 
-    scores = guard_scores(rows, worn)
+    scores = guard_scores(rows, worn, noise)
     if not scores:
         print("no adapting runs match these filters", file=sys.stderr)
         return 1
     print(to_markdown(scores), end="")
     if cells:
-        print("\n" + cells_markdown(rows, worn), end="")
+        print("\n" + cells_markdown(rows, worn, noise), end="")
     return 0
 
 
