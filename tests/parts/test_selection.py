@@ -117,3 +117,18 @@ def test_plpd_with_a_fixed_permutation_and_only_on_kept_samples():
     assert torch.allclose(values[kept], expected[kept], atol=1e-6)
     assert torch.isnan(values[1])
     assert plpd_above(0.2)(batch).tolist() == (expected > 0.2).logical_and(kept).tolist()
+
+
+def test_patch_orders_are_drawn_from_the_cpu_generator_on_any_device():
+    """A GPU's generator draws other numbers from one seed than the CPU's: drawn there, DeYO's patch
+    orders (and so a run's number) would depend on the device. Shuffling images on another device (the
+    meta device stands in for a GPU here) must draw from the CPU's generator, as a CPU run does."""
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    shuffle_patches(torch.empty(2, 3, 8, 8, device="meta"))
+    assert not torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(0)
+    expected = torch.rand(2, 16).argsort(-1)
+    torch.manual_seed(0)
+    x = torch.arange(2 * 16, dtype=torch.float32).reshape(2, 1, 4, 4)
+    assert torch.equal(shuffle_patches(x), shuffle_patches(x, permutation=expected))

@@ -136,8 +136,11 @@ def shuffle_patches(x: Tensor, grid: int = 4, permutation: Tensor | None = None)
     """DeYO's object-destroying view: cut each image into ``grid × grid`` patches and reorder them.
 
     ``permutation`` (B × grid²) fixes the new order of each image's patches; by default every sample
-    gets a fresh random one. Images whose sides are not multiples of ``grid`` are resized down to the
-    nearest multiple and back, as DeYO's code does.
+    gets a fresh random one, drawn from the CPU's generator whatever the device: a GPU's generator draws
+    other numbers from the same seed, and a run of one spec on a GPU would then see other patch orders
+    than on a CPU, a difference far larger than rounding (the ConvNeXt's DeYO at 300×: 21.9 on a CPU,
+    52.9 on an H200; ``docs/RESULTS.md``, "One spec, several numbers"). Images whose sides are not
+    multiples of ``grid`` are resized down to the nearest multiple and back, as DeYO's code does.
     """
     if x.ndim != 4:
         raise ValueError(f"patch shuffling needs images (B, C, H, W), got shape {tuple(x.shape)}")
@@ -149,7 +152,7 @@ def shuffle_patches(x: Tensor, grid: int = 4, permutation: Tensor | None = None)
     ph, pw = h // grid, w // grid
     patches = x.reshape(b, c, grid, ph, grid, pw).permute(0, 2, 4, 1, 3, 5).reshape(b, grid * grid, c, ph, pw)
     if permutation is None:
-        permutation = torch.rand(b, grid * grid, device=x.device).argsort(-1)
+        permutation = torch.rand(b, grid * grid).argsort(-1)
     patches = patches[torch.arange(b, device=x.device).unsqueeze(-1), permutation.to(x.device)]
     shuffled = patches.reshape(b, grid, grid, c, ph, pw).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
     if fitted != tuple(size):
