@@ -243,3 +243,15 @@ def test_report_noise_prints_the_table_and_the_summary_uses_the_stores_noise(tmp
     )
     # one seed: 1.5 points would count (over 1.0), but not beyond a band of 2 · 3.06 / √15 = 1.58
     assert "| mild | ≈+1.5 (1/1) |" in capsys.readouterr().out
+
+
+def test_a_selection_inside_the_noise_goes_to_the_smallest_rate():
+    from zerosiam.bench.select import tie_broken, tied
+
+    table = {"lr_scale=0.3": 0.5900, "lr_scale=1": 0.6025, "lr_scale=3": 0.6034, "lr_scale=10": 0.6037}
+    assert tie_broken(table, 0.0) == "lr_scale=10"  # no noise: the best, as before
+    assert tied(table, 0.05) == ["lr_scale=3", "lr_scale=10"]
+    assert tie_broken(table, 0.2) == "lr_scale=1"  # 10× wins by 0.12 point, inside a band of 0.2
+    assert tie_broken({"lr=0.001, predictor_lr=0.01": 0.6, "lr=0.001, predictor_lr=0.001": 0.6}, 0.0) == (
+        "lr=0.001, predictor_lr=0.001"
+    )

@@ -3,9 +3,12 @@
 ``select_on_held_out`` sweeps learning rates on the four extra corruptions only (speckle noise, Gaussian
 blur, spatter, saturate), a held-out set fair to the benchmark (``docs/benchmark.md``, "Choosing learning
 rates without the benchmark"), and picks the best mean online accuracy; the 15 benchmark corruptions are
-never touched. A selection made wearing a guard (``guard="auto"``) is recorded apart: it answers which
-rate to take with that guard, while a grid's ``rates: selected`` always takes the unguarded choice, so
-that a guard is judged at the rates its method would run at without it.
+never touched. Candidates within the selection's noise of the best (``zerosiam.bench.noise``: two means
+over the four corruptions) are a tie, and a tie goes to the smallest rate (:func:`tie_broken`): a larger
+rate that wins by less than rounding moves one spec's number is a bet on that rounding, and the larger
+rate is the one that collapses. A selection made wearing a guard (``guard="auto"``) is recorded apart:
+it answers which rate to take with that guard, while a grid's ``rates: selected`` always takes the
+unguarded choice, so that a guard is judged at the rates its method would run at without it.
 
 ``data_free_predictor_lr`` is the paper's appendix recipe for η_h: adapt on pure Gaussian-noise images
 and keep the η_h under which the model's mean prediction entropy changes least, i.e. the rate that is
@@ -27,6 +30,7 @@ import zerosiam
 from zerosiam import corruptions
 from zerosiam.bench.execution import Execution, execute
 from zerosiam.bench.grid import Grid, scaled
+from zerosiam.bench.noise import noise_of
 from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import ResultStore, run_id_for
 from zerosiam.data.tensors import to_input
@@ -61,8 +65,9 @@ def select_on_held_out(
     **execution: Any,
 ) -> list[Choice]:
     """Run the sweep on the extra corruptions, every method wearing ``guard``, record and return the best
-    hparams of each method (the best mean online accuracy over the four; a tie goes to the candidate
-    listed first). ``execution`` holds the fields of an ``Execution`` (backend, workers, device, ...)."""
+    hparams of each method (the best mean online accuracy over the four; candidates within the store's
+    noise of it are a tie, which goes to the smallest rate: :func:`tie_broken`). ``execution`` holds the
+    fields of an ``Execution`` (backend, workers, device, ...)."""
     grid = Grid(
         models=[model],
         methods=methods,
@@ -90,16 +95,37 @@ def select_on_held_out(
             key = _label(row["spec"]["hparams"])
             hparams_of[key] = row["spec"]["hparams"]
             accuracies[(row["spec"]["method"], key)].append(row["metrics"]["accuracy"])
+    noise = noise_of(store.rows(KIND))
     choices = []
     for method in methods:
-        # in the order the candidates were given, so that a tie goes to the one listed first
         listed = dict.fromkeys(_label(s.hparams) for s in specs if s.method == method)
         table = {key: float(np.mean(accuracies[method, key])) for key in listed}
-        best = max(table, key=table.get)
+        runs = len(corruptions.EXTRA)
+        best = tie_broken(table, noise.band(model, protocol, (method, method), (runs, runs)))
         choice = Choice(method, hparams_of[best], table[best], table)
         _record(store, model, dataset, severity, protocol, limit, seed, guard, choice)
         choices.append(choice)
     return choices
+
+
+def tied(table: dict[str, float], band: float) -> list[str]:
+    """The candidates (labels of ``table``: mean accuracies, fractions) within ``band`` points of the
+    best, the best included, in the order of their rates."""
+    best = max(table.values())
+    return sorted((key for key, value in table.items() if 100 * (best - value) <= band), key=_rates)
+
+
+def tie_broken(table: dict[str, float], band: float) -> str:
+    """The chosen candidate: the smallest rate among those :func:`tied` with the best."""
+    return tied(table, band)[0]
+
+
+def _rates(label: str) -> tuple[float, ...]:
+    """A candidate's rates from its label (``lr_scale=0.3``; ``lr=1e-3, predictor_lr=0.01``), in the
+    label's order of options: what "the smaller rate" compares."""
+    if label == "defaults":
+        return ()
+    return tuple(float(part.partition("=")[2]) for part in label.split(", "))
 
 
 def _label(hparams: dict[str, Any]) -> str:

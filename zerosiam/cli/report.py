@@ -277,7 +277,38 @@ def _print_selections(args: argparse.Namespace) -> int:
         print("no learning-rate selection matches these filters", file=sys.stderr)
         return 1
     print(report.selections_markdown(rows, caption=args.caption), end="")
+    print(_ties_markdown(rows, noise_of(_load_rows(args.db))), end="")
     return 0
+
+
+def _ties_markdown(selections: Sequence[Mapping[str, Any]], noise: Noise) -> str:
+    """The selections whose chosen rate won by less than the noise: the candidates tied with it and the
+    smallest of them, which the tie rule (``zerosiam.bench.select.tie_broken``) takes; empty when none."""
+    from zerosiam.bench.select import tied
+
+    lines = []
+    for row in selections:
+        spec, metrics = row["spec"], row["metrics"]
+        runs = len(spec["corruptions"])
+        band = noise.band(spec["model"], spec["protocol"], (spec["method"], spec["method"]), (runs, runs))
+        close = tied(metrics["candidates"], band)
+        chosen = ", ".join(f"{k}={v:g}" for k, v in sorted(metrics["chosen"].items())) or "defaults"
+        if close[0] != chosen:
+            lines.append(
+                f"| {spec['model']} | {method_name(spec['method'])} | {chosen} | {band:.2f} | "
+                f"{', '.join(close)} | {close[0]} |"
+            )
+    if not lines:
+        return ""
+    header = [
+        "",
+        "Chosen inside the noise: candidates within the band of the best are a tie, which the smallest rate "
+        "takes (zerosiam.bench.select); the study's runs are at the recorded choice.",
+        "",
+        "| Model | Method | Recorded | Band (points) | Tied | Tie rule |",
+        "| --- | --- | --- | ---: | --- | --- |",
+    ]
+    return "\n".join(header + lines) + "\n"
 
 
 def _print_data_free(args: argparse.Namespace) -> int:
