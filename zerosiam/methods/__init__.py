@@ -10,7 +10,6 @@ text-only (it reads the prompt).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from torch import nn
 
@@ -19,8 +18,9 @@ from zerosiam.methods.come import come, come_text
 from zerosiam.methods.deyo import deyo
 from zerosiam.methods.eata import eata, eata_text, eta
 from zerosiam.methods.hparams import Rates, resolve_rates
+from zerosiam.methods.limits import check_numbers
 from zerosiam.methods.noadapt import noadapt
-from zerosiam.methods.online import Frozen, NonFiniteInputError, OnlineModel, Settings
+from zerosiam.methods.online import Frozen, NonFiniteInputError, OnlineModel, Settings, refuse_held
 from zerosiam.methods.recipe import Asymmetry, Recipe
 from zerosiam.methods.sar import sar, sar_text
 from zerosiam.methods.speed import Speed, with_speed
@@ -31,6 +31,7 @@ from zerosiam.parts.contract import MODALITIES, Modality
 from zerosiam.parts.guards import Guard, guard_named
 from zerosiam.parts.learner import keyword_options
 from zerosiam.parts.precision import check_precision
+from zerosiam.parts.split import check_head
 
 METHODS: dict[str, dict[Modality, Recipe]] = {}
 COMPOSABLE_SUFFIX = "+zerosiam"
@@ -169,15 +170,27 @@ def adapt(
     read by one rule (``zerosiam.parts.split.logits_of``): a tensor is the logits; from a tuple, dict or
     ``ModelOutput``, the field ``output`` names (a key or a position), else ``logits``, else the one tensor
     it holds; an output the rule cannot decide is a one-line error naming its fields.
+
+    Every argument is checked before the model is touched, each refusal one line: numbers by
+    ``zerosiam.methods.limits.NUMBERS``, a named ``head`` that must be in the model (for every method), and
+    a model another live wrapper holds (``release()`` that one first). An error while the adapter is
+    built, or in its first forward, hands the model back as it came before it goes on (``docs/methods.md``,
+    "What adapt refuses").
     """
     speed = Speed(compile, channels_last)
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if guard is not None:
         recipe = recipe.with_(guard=guard_named(guard) if isinstance(guard, str) else guard)
-    if not (math.isfinite(lr_scale) and lr_scale > 0):
-        raise ValueError(f"lr_scale must be a positive number, got {lr_scale}")
+    check_numbers(
+        {"lr": lr, "predictor_lr": predictor_lr, "momentum": momentum, "batch_size": batch_size,
+         "lr_scale": lr_scale, "streams": streams, **overrides}
+    )  # fmt: skip
+    _check_model(model)
+    check_head(model, head)
+    refuse_held(model)
+    defaulted = _defaulted_rates(recipe, lr, predictor_lr)
     rates = (
-        resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1)
+        resolve_rates(model, recipe.lr_family, batch_size, recipe.double_lr_at_bs1, defaulted=defaulted)
         if recipe.adapts
         else Rates(0.0)
     )
@@ -192,6 +205,25 @@ def adapt(
         return with_speed(Frozen(model, recipe, settings, streams=streams, output=output), speed)
     adapter = Adapter(model, recipe, settings, head=head, extras=extras, streams=streams, output=output)
     return with_speed(adapter, speed)
+
+
+def _check_model(model: object) -> None:
+    """A ``torch.nn.Module``; a wrapper passed instead (an adapter of it) is told how to get the model."""
+    if isinstance(model, nn.Module):
+        return
+    hint = "; release() it and adapt the model it returns" if hasattr(model, "release") else ""
+    raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}{hint}")
+
+
+def _defaulted_rates(recipe: Recipe, lr: float | None, predictor_lr: float | None) -> tuple[str, ...]:
+    """The rates the adapter takes from the paper's table because the caller gave none: ``lr``, and
+    ``predictor_lr`` where the recipe has a predictor to learn."""
+    if not recipe.adapts:
+        return ()
+    defaulted = ["lr"] if lr is None else []
+    if predictor_lr is None and recipe.asymmetry is not None:
+        defaulted.append("predictor_lr")
+    return tuple(defaulted)
 
 
 __all__ = [

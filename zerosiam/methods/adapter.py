@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from zerosiam.methods.guardable import Guardable
 from zerosiam.methods.online import NonFiniteInputError, OnlineModel, Settings
 from zerosiam.methods.recipe import Recipe
+from zerosiam.methods.stall import StallWatch
 from zerosiam.parts.contract import Batch, Evaluation, plain_step
 from zerosiam.parts.learner import GradientLearner, keyword_options
 from zerosiam.parts.losses import entropy
@@ -31,12 +32,20 @@ from zerosiam.parts.norms import BatchStatistics
 from zerosiam.parts.precision import forward_precision
 from zerosiam.parts.predictor import build_predictor
 from zerosiam.parts.split import FeatureTap, OutputChoice
+from zerosiam.parts.streams import StreamNorms
 
 __all__ = ["Adapter", "NonFiniteInputError", "Settings", "prepare_options"]
 
 
 class Adapter(Guardable, OnlineModel, GradientLearner):
     """Online test-time adaptation of ``model`` by ``recipe``. Build it with ``zerosiam.adapt``."""
+
+    # What the adapter puts on the model, None until it is put there: a build that fails half-way
+    # releases what it had put on so far.
+    _batch_stats: BatchStatistics | None = None
+    _tap: FeatureTap | None = None
+    _stream_norms: StreamNorms | None = None
+    _ready = False  # built whole: the source weights are recorded and the optimizer exists
 
     def __init__(
         self,
@@ -51,6 +60,17 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
         if not recipe.adapts:
             raise ValueError(f"{recipe.name} does not adapt; zerosiam.adapt wraps it in a Frozen model")
         super().__init__(model, recipe, settings, streams, output)
+        self._stall = StallWatch(recipe.name, selective=bool(recipe.select))
+        try:
+            self._take_hold(head, extras or {})
+        except Exception:
+            self.release()  # the model as it was given (no weight has moved yet), then the error
+            raise
+
+    def _take_hold(self, head: str | nn.Module | None, extras: dict[str, Any]) -> None:
+        """Put the adapter on the model: which parameters learn, BatchNorm on batch statistics, the tap
+        on the head, the parts prepared, each stream its own norms, the optimizer and the predictor."""
+        model, recipe, settings = self.model, self.recipe, self.settings
         self.params = dict(recipe.params.parameters(model))
         model.requires_grad_(False)
         model.eval()
@@ -58,7 +78,7 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
             param.requires_grad_(True)
         self._batch_stats = BatchStatistics(model)
         self._tap = FeatureTap(model, head) if recipe.asymmetry else None
-        self.prepare_parts(extras or {})  # on the source model as it runs at test time, before any stacking
+        self.prepare_parts(extras)  # on the source model as it runs at test time, before any stacking
         self._stream_norms = self.layout.own_norms(model, recipe.params.modules(model))
         if self._stream_norms is not None:
             self.params = self._stream_norms.params
@@ -70,6 +90,7 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
         )
         self.predictor: nn.Module | None = None
         self._predictor_source: dict[str, Tensor] = {}
+        self._ready = True
         if self._tap is not None and self._tap.head is not None:
             self._add_predictor(self._tap.feature_dim)
 
@@ -87,6 +108,7 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
             signals = getattr(guard, "signals", {}) if self.settings.diagnostics else {}
             record.update({f"guard_{name}": value for name, value in signals.items()})
         self.log.add(prediction, self.predictor, record)
+        self._stall.after_step(self.log)
         return prediction
 
     def _check_input(self, x: Tensor) -> None:
@@ -175,8 +197,14 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
             },
         }
 
+    def forget(self) -> None:
+        """The record cleared (``reset``): the count of steps without an update starts again too."""
+        super().forget()
+        self._stall.restart()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        self._stall.restart(seen=len(self.log.rows))
         missing = set(self.params) ^ set(state["params"])
         if missing:
             raise ValueError(f"checkpoint parameters do not match this model: {sorted(missing)[:5]}")
@@ -197,15 +225,19 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
 
         ``keep_adapted=True`` keeps the adapted weights instead (modes, flags and hooks are restored all
         the same): the model can then be handed to another adapter, as ``Relay`` does; not from
-        stacked streams, whose model holds none of them.
+        stacked streams, whose model holds none of them. Releasing again does nothing: the model may be
+        another adapter's by then.
         """
+        if self.released:
+            return self.model
         if keep_adapted and self.streams > 1:
             raise ValueError(f"the model adapted by {self.streams} streams has no one adapted state to keep")
-        if not keep_adapted:
+        if not keep_adapted and self._ready:
             self.restore_source()
         if self._stream_norms is not None:
             self._stream_norms.restore()
-        self._batch_stats.restore()
+        if self._batch_stats is not None:
+            self._batch_stats.restore()
         if self._tap is not None:
             self._tap.close()
         return super().release()

@@ -10,6 +10,7 @@ the paper gives lives in this one file.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -115,15 +116,43 @@ def batch_scale(batch_size: int, family: str, double_at_one: bool) -> float:
     return scale
 
 
-def resolve_rates(model: nn.Module, table: str, batch_size: int, double_at_one: bool) -> Rates:
+_NOTICES_GIVEN: set[tuple[type, str]] = set()
+"""(model class, notice) pairs already logged: a notice about a class is said once per process, not once
+per adapter (a grid builds hundreds)."""
+
+
+def resolve_rates(
+    model: nn.Module,
+    table: str,
+    batch_size: int,
+    double_at_one: bool,
+    *,
+    defaulted: Sequence[str] = ("lr", "predictor_lr"),
+) -> Rates:
+    """The paper's rates for ``model``'s family at ``batch_size``, from ``table``; a family the paper has
+    no rate for takes the fallback's, and ``defaulted``, the rates the caller takes from here (none when
+    it gave its own), says whether that is worth a notice."""
     family = model_family(model)
     if family is None:
-        log.warning(
-            "no published learning rate for %s; using the %s rates. Pass lr= (and predictor_lr=) to choose.",
-            type(getattr(model, "wrapped_model", model)).__name__,  # the network, not the zoo's wrapper
-            FALLBACK,
-        )
+        _say_fallback(type(getattr(model, "wrapped_model", model)), defaulted)  # the network, not the wrapper
         family = FALLBACK
     base = TABLES[table][family]
     scale = batch_scale(batch_size, family, double_at_one)
     return Rates(base.lr * scale, base.predictor_lr * scale)
+
+
+def _say_fallback(network: type, defaulted: Sequence[str]) -> None:
+    """Log, once per process and model class, that a rate the caller did not give is the fallback's."""
+    if "lr" in defaulted:
+        notice = (
+            "no published learning rate for %s; using the %s rates. Pass lr= (and predictor_lr=) to choose."
+        )
+    elif "predictor_lr" in defaulted:
+        notice = (
+            "lr given for %s but no predictor_lr: using the %s predictor rate. Pass predictor_lr= to choose."
+        )
+    else:
+        return
+    if (network, notice) not in _NOTICES_GIVEN:
+        _NOTICES_GIVEN.add((network, notice))
+        log.warning(notice, network.__name__, FALLBACK)

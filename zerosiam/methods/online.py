@@ -10,9 +10,11 @@ object with nothing left undefined. Both read a model's logits by one rule, what
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,13 +113,22 @@ _AS_PYTHON = {
 
 
 class OnlineModel:
-    """The face every wrapper shows: predict, record, reset, give the model back."""
+    """The face every wrapper shows: predict, record, reset, give the model back.
+
+    A wrapper holds its model from the moment it is built until ``release()``: no other wrapper may take
+    it meanwhile (``refuse_held``). If its first forward fails (the model's output is not logits, its head
+    cannot be found, ...), it releases the model before the error goes on, so that the model comes back
+    as it was given and the fix the error suggests can be tried on the same object.
+    """
 
     predictor: nn.Module | None = None  # ZeroSiam's h, where the method has one
+    _released: str | None = None  # why the wrapper no longer holds its model; None while it does
+    _proven = False  # whether a forward has gone through: before one, a failure releases the model
 
     def __init__(
         self, model: nn.Module, recipe: Recipe, settings: Settings, streams: int, output: OutputChoice
     ) -> None:
+        refuse_held(model)
         self.model = model
         self.layout = layout_for(streams)
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
@@ -127,6 +138,7 @@ class OnlineModel:
         self._requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
         self._training = {name: m.training for name, m in model.named_modules()}
         self._on_release: list[Callable[[], None]] = []  # what others put on the model (speed options)
+        _HOLDERS[model] = weakref.ref(self)
 
     @property
     def streams(self) -> int:
@@ -138,11 +150,18 @@ class OnlineModel:
         """How many batches this wrapper has taken since it was built or reset."""
         return self.log.steps
 
+    @property
+    def released(self) -> bool:
+        """Whether the model has been handed back (by ``release()``, or after a failed first forward)."""
+        return self._released is not None
+
     def __call__(self, x: Tensor) -> Tensor:
         """The prediction for ``x`` from the current weights; then, for an adapter, one step on ``x``."""
+        self._check_holding()
         with tensor_cores(self.settings.precision):
             self._check_input(x)
-            return self._take(x)
+            with self._released_if_first_fails():
+                return self._take(x)
 
     def _take(self, x: Tensor) -> Tensor:
         raise NotImplementedError
@@ -150,9 +169,33 @@ class OnlineModel:
     def predict(self, x: Tensor) -> Tensor:
         """The prediction for ``x`` from the current weights, with no adaptation step and no record: for
         scoring a model frozen after adapting (the blind-spot protocol)."""
+        self._check_holding()
         self._check_input(x)
-        with torch.no_grad():
+        with torch.no_grad(), self._released_if_first_fails():
             return self._forward(x)
+
+    def _check_holding(self) -> None:
+        """Refuse to run a model this wrapper has handed back: its modes, flags and hooks are the user's
+        again, and a step on it would adapt a model nobody asked to adapt."""
+        if self._released is not None:
+            raise RuntimeError(
+                f"this {self.recipe.name} wrapper released its model ({self._released}); wrap it again with "
+                "zerosiam.adapt(model, ...)"
+            )
+
+    @contextlib.contextmanager
+    def _released_if_first_fails(self) -> Iterator[None]:
+        """Until a forward has gone through, an error releases the model before it goes on: a model the
+        adapter cannot read (its output is not logits, its head cannot be found) is given back as it came,
+        not left with the adapter's hooks, flags and modes on it."""
+        try:
+            yield
+        except Exception as error:
+            if not self._proven:
+                self.release()
+                self._released = f"its first forward failed with {type(error).__name__}"
+            raise
+        self._proven = True
 
     def _check_input(self, x: Tensor) -> None:
         check_input(x)
@@ -174,7 +217,11 @@ class OnlineModel:
 
     def release(self, keep_adapted: bool = False) -> nn.Module:
         """Hand the model back with its modes, flags and output as they came (an adapter also restores
-        its weights first, unless ``keep_adapted``), then undo what was put on it after it was built."""
+        its weights first, unless ``keep_adapted``), then undo what was put on it after it was built.
+        Releasing again does nothing: the model may be another wrapper's by then."""
+        if self._released is not None:
+            return self.model
+        self._released = "release() was called"
         self._logits.close()
         for name, param in self.model.named_parameters():
             param.requires_grad_(self._requires_grad[name])
@@ -182,6 +229,7 @@ class OnlineModel:
             module.training = self._training[name]
         while self._on_release:
             self._on_release.pop()()
+        _HOLDERS.pop(self.model, None)
         return self.model
 
     def state_dict(self) -> dict[str, Any]:
@@ -243,6 +291,29 @@ class Frozen(OnlineModel):
     def reset(self) -> None:
         """Back to the start: the record cleared (the model never moved)."""
         self.forget()
+
+
+_HOLDERS: weakref.WeakKeyDictionary[nn.Module, weakref.ref[OnlineModel]] = weakref.WeakKeyDictionary()
+"""Which wrapper holds each model, weakly both ways: a model or a wrapper nobody keeps is not kept here."""
+
+
+def holder_of(model: nn.Module) -> OnlineModel | None:
+    """The live wrapper that holds ``model`` (built on it and not released), or None."""
+    holder = _HOLDERS.get(model)
+    wrapper = holder() if holder is not None else None
+    return wrapper if wrapper is not None and not wrapper.released else None
+
+
+def refuse_held(model: nn.Module) -> None:
+    """Refuse, in one line, a model that another wrapper holds: a second adapter would take the first
+    one's adapted weights as its source, so its ``reset()`` could not give back the model's own."""
+    holder = holder_of(model)
+    if holder is not None:
+        raise ValueError(
+            f"this {type(model).__name__} is already held by a live {type(holder).__name__} "
+            f"({holder.recipe.name}): a second adapter's reset() and release() would not give back the "
+            "original; call release() on the first, or adapt a copy of the model made before it"
+        )
 
 
 def check_input(x: Tensor) -> None:

@@ -116,8 +116,8 @@ def with_speed(wrapper: OnlineModel, speed: Speed) -> OnlineModel:
         return wrapper
     try:
         undo = speed.apply(wrapper.model)
-    except ValueError:
-        wrapper.release()  # the model goes back as it came, then the one-line error
+    except Exception:
+        wrapper.release()  # the model goes back as it came, then the error
         raise
     wrapper.when_released(undo)
     return wrapper

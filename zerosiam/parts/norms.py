@@ -143,10 +143,20 @@ class WithoutLastStage(NormSelector):
     def modules(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
         stage = last_stage(model)
         if stage is None:
-            log.warning("no last stage found in %s; only the final norm is frozen", type(model).__name__)
+            _say_no_last_stage(type(getattr(model, "wrapped_model", model)))  # the network, not the wrapper
         frozen = {id(m) for m in (stage.modules() if stage is not None else ())}
         frozen |= {id(m) for m in final_norms(model)}
         return [(name, module) for name, module in super().modules(model) if id(module) not in frozen]
+
+
+_STAGELESS_SAID: set[type] = set()
+"""Model classes already told to have no last stage: said once per process, not at every look."""
+
+
+def _say_no_last_stage(network: type) -> None:
+    if network not in _STAGELESS_SAID:
+        _STAGELESS_SAID.add(network)
+        log.warning("no last stage found in %s; only the final norm is frozen", network.__name__)
 
 
 class BatchStatistics:

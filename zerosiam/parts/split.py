@@ -141,6 +141,21 @@ def _last_linear(module: nn.Module) -> nn.Linear | None:
     return linears[-1] if linears else None
 
 
+def check_head(model: nn.Module, head: str | nn.Module | None) -> None:
+    """Refuse, before any work, a head the user names that is not in ``model``: whether or not the method
+    reads the head, a name that finds nothing is a mistake to say, not to ignore."""
+    if head is None:
+        return
+    if isinstance(head, str):
+        find_head(model, head)  # the one-line error naming the model's linear layers
+    elif not isinstance(head, nn.Module):
+        raise TypeError(f"head must be a submodule's dotted name or the module, got {type(head).__name__}")
+    elif not any(module is head for module in model.modules()):
+        raise HeadNotFoundError(
+            f"head {type(head).__name__} is not a submodule of {type(model).__name__}. {_how_to_name(model)}"
+        )
+
+
 def find_head(model: nn.Module, head: str | nn.Module | None = None) -> nn.Module | None:
     """The classifier head found without running the model, or None when only a forward can tell."""
     if isinstance(head, nn.Module):
