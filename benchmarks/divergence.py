@@ -8,7 +8,9 @@ The spec is the store's run (``--db``; seed 0, unguarded, at the rates it ran wi
 under one execution: ``alone`` (one stream, one thread, no guard, replica 0), or ``alone`` changed by
 ``stack:B`` (the stream's batch at the first place of B stacked streams: on the CPUs measured, what the
 other streams hold does not change a sample's rounding, only whether it is alone), ``threads:N``,
-``guard:G`` (a guard worn) or ``replica:R`` (``zerosiam.bench.replica``); ``+`` joins changes. Both
+``guard:G`` (a guard worn), ``replica:R`` (``zerosiam.bench.replica``) or ``draws:K`` (the methods'
+random draws, DeYO's and COME's patch orders, from another seed: what a GPU's generator did before
+their orders were drawn on the CPU); ``+`` joins changes. Both
 twins of a pair see the same batches in the same order and step in turn in one process, so the first step
 whose predictions differ, and the gap in logits and adapted weights after it, are read directly. The
 blind spot's final score (the adapted model frozen, on the whole set) is made for each twin at the end.
@@ -48,11 +50,13 @@ class Execution:
     threads: int = 1
     guard: str = NO_GUARD
     replica: int = 0
+    draws: int = 0
     name: str = "alone"
 
     @classmethod
     def parse(cls, text: str) -> Execution:
-        """``alone`` or ``+``-joined changes of it: ``stack:B``, ``threads:N``, ``guard:G``, ``replica:R``."""
+        """``alone`` or ``+``-joined changes of it: ``stack:B``, ``threads:N``, ``guard:G``, ``replica:R``,
+        ``draws:K``."""
         fields: dict[str, Any] = {"name": text}
         for change in text.split("+"):
             if change == "alone":
@@ -76,8 +80,10 @@ class Twin:
     correct: int = 0
     seen: int = 0
 
-    def step(self, x: torch.Tensor, index: int) -> torch.Tensor:
-        """The twin's logits for ``x`` (its own stream's rows) after one online step under its execution."""
+    def step(self, x: torch.Tensor, index: int, seed: int) -> torch.Tensor:
+        """The twin's logits for ``x`` (its own stream's rows) after one online step under its execution;
+        the methods' draws of this step are seeded by the run's seed, the step and the twin's ``draws``."""
+        torch.manual_seed((seed + 7919 * self.execution.draws) * 1_000_003 + index)
         torch.set_num_threads(self.execution.threads)
         x = jittered(x, [self.execution.replica], index)
         return self.adapter(x.repeat(self.execution.streams, 1, 1, 1))[: len(x)]
@@ -157,10 +163,8 @@ def compare(spec: RunSpec, pairs: list[tuple[Execution, Execution]], steps: int 
     for index in range(length):
         x, y = to_device(*batches[index], device)
         for (a, b), record in zip(twins, records, strict=True):
-            torch.manual_seed(spec.seed * 1_000_003 + index)  # the same draws for both (DeYO, COME)
-            logits_a = a.step(x, index)
-            torch.manual_seed(spec.seed * 1_000_003 + index)
-            logits_b = b.step(x, index)
+            logits_a = a.step(x, index, spec.seed)
+            logits_b = b.step(x, index, spec.seed)
             _observe(record, index, logits_a, logits_b, y, a, b, index + 1 in checkpoints)
     out: dict[str, Any] = {"spec": spec.as_dict(), "steps": length, "pairs": []}
     for (a, b), record in zip(twins, records, strict=True):
