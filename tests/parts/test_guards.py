@@ -291,8 +291,8 @@ def test_stacked_streams_are_guarded_as_lone_ones(guard):
 
 
 def test_guards_are_named_in_one_place_and_refused_in_one_line():
-    assert set(GUARDS) == {"none", "rdumb", "sar", "auto"} and guard_named("none") is None
-    with pytest.raises(ValueError, match="unknown guard 'oracle'; choose one of none, rdumb, sar, auto"):
+    assert set(GUARDS) == {"none", "rdumb", "sar", "auto", "asr"} and guard_named("none") is None
+    with pytest.raises(ValueError, match="unknown guard 'oracle'; choose one of none, rdumb, sar, auto, asr"):
         zerosiam.adapt(tiny(), "tent", guard="oracle")
     with pytest.raises(ValueError, match="unknown guard 'oracle'"):
         RunSpec("resnet20", "cifar10c", "fog", 5, "mild", "tent", guard="oracle")

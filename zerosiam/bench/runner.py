@@ -91,6 +91,10 @@ CURVE_KEYS = (
     "guard_agreement",
     "guard_narrowing",
     "guard_confidence",
+    "guard_entropy",
+    "guard_running",
+    "guard_flips",
+    "guard_scope",
 )
 
 

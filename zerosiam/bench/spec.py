@@ -58,7 +58,7 @@ class RunSpec:
     ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
     stream's first ``steps`` batches before ``method`` takes the adapted model over (a ``Relay``); those
     batches are scored apart, as ``prelude_accuracy``. ``guard`` names the guard the method wears
-    (``zerosiam.parts.guards``: none, rdumb, sar, auto). The device is not here: it is where a run
+    (``zerosiam.parts.guards``: none, rdumb, sar, auto, asr). The device is not here: it is where a run
     computes, not what it computes.
     ``replica`` numbers the executions of one spec that the noise study makes: replica 0 is the run as
     it always was; a replica ``r`` ≥ 1 moves every adapted input value by one float32 rounding step, in a

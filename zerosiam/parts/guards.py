@@ -15,6 +15,10 @@ guard="auto")``), and every trigger is recorded in the step's diagnostics (``gua
   has a narrow marginal for both; a collapse narrows only the adapted model's). While both are healthy it
   keeps a snapshot of the adapted weights; when one is not, it rolls the stream back to the snapshot
   before the unhealthy window, or to the source if the stream was rolled back at the probe before.
+* ``asr`` (``AdaptiveSelectiveReset``, ``zerosiam/parts/asr.py``): ASR (Lim, Hwang and Lee, ICLR 2026).
+  When the entropy of the batch's mean prediction falls below its running value it puts the output side
+  of the adapted parameters back to the source (more of them the further it fell), and from then on
+  pulls the weights toward what the resets erased, weighted by their Fisher information.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from zerosiam.parts.asr import AdaptiveSelectiveReset
 from zerosiam.parts.contract import Evaluation, GuardedLearner, Recovery
 from zerosiam.parts.losses import probability_entropy
 from zerosiam.parts.recovery import EmaBelow, ema_below
 
 RDUMB_EVERY = 1000  # RDumb (Press et al., 2023): reset every 1,000 steps
-RDUMB, SAR, AUTO = "rdumb", "sar", "auto"  # the guards by name (``GUARDS``)
+RDUMB, SAR, AUTO, ASR = "rdumb", "sar", "auto", "asr"  # the guards by name (``GUARDS``)
 
 
 class Periodic:
@@ -457,6 +462,7 @@ GUARDS: dict[str, Callable[[], Guard | None]] = {
     RDUMB: Periodic,
     SAR: lambda: OnRecovery(_sar_rule()),
     AUTO: SourceProbe,
+    ASR: AdaptiveSelectiveReset,
 }
 
 
