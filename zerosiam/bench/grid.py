@@ -22,8 +22,10 @@ from zerosiam.bench.spec import KIND, RunSpec, check_prelude
 from zerosiam.bench.tasks import Progress, tasks_of, throttled
 from zerosiam.corruptions.datasets import SEVERITIES
 from zerosiam.methods import get_recipe, options_of
+from zerosiam.methods.limits import check_numbers
 from zerosiam.parts.guards import GUARDS
 from zerosiam.parts.precision import PRECISIONS
+from zerosiam.parts.split import OutputNotLogitsError
 from zerosiam.protocols import MIXED, PROTOCOLS
 from zerosiam.zoo import MODELS, model_info
 from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
@@ -52,6 +54,10 @@ RATE_OPTIONS = ("lr", "predictor_lr", "lr_scale")
 STREAM_FIELDS = ("imbalance_ratio", "stream_length", "noise", "epochs")
 
 
+# Where a benchmark takes adapt()'s ``output``: the zoo's wrapper reads the logits as it loads the model.
+OUTPUT_OPTION = "--model-option output=NAME (a grid file's model_options: {output: NAME})"
+
+
 class GridError(ValueError):
     """A grid that cannot run as asked; the message names the value and the choices."""
 
@@ -66,6 +72,8 @@ def _check_model_options(model: str, options: dict[str, Any]) -> None:
     if is_spec(model):
         try:  # what the spec needs (mean and std, an importable builder, a readable checkpoint)
             model_info(model, **options)
+        except OutputNotLogitsError as error:  # a benchmark names the field where it loads the model
+            raise GridError(f"model {model!r}: {error}; here: {OUTPUT_OPTION}") from None
         except (ValueError, TypeError, ImportError, OSError) as error:
             raise GridError(f"model {model!r}: {error}") from None
 
@@ -177,8 +185,24 @@ class Grid:
             if not any(option in options_of(method) for method in self.methods):
                 methods = ", ".join(self.methods)
                 raise GridError(f"swept option {option!r} applies to none of the grid's methods ({methods})")
+        self._check_option_values()
         if self.prelude:
             self._validate_prelude()
+
+    def _check_option_values(self) -> None:
+        """Every option's value as ``adapt`` checks it (``zerosiam.methods.limits``), the swept ones each,
+        so that ``lr: nan`` or a rate read as text stops the grid here rather than failing every run; and
+        ``output`` sent where the benchmark reads it, the model's options."""
+        if "output" in self.hparams or "output" in self.sweep:
+            raise GridError(
+                f"option 'output' is the model's in a benchmark, read where it is loaded: {OUTPUT_OPTION}"
+            )
+        points = [self.hparams, *({name: value} for name, values in self.sweep.items() for value in values)]
+        for options in points:
+            try:
+                check_numbers(options)
+            except (TypeError, ValueError) as error:
+                raise GridError(str(error)) from None
 
     def _validate_prelude(self) -> None:
         try:
@@ -187,6 +211,10 @@ class Grid:
             raise GridError(str(error)) from None
         options = set(self.prelude) - {"method", "steps"}
         _check_options(self.prelude["method"], options, "prelude option")
+        try:
+            check_numbers({name: self.prelude[name] for name in options})
+        except (TypeError, ValueError) as error:
+            raise GridError(f"prelude: {error}") from None
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order; a method without a predictor ignores η_h, and one

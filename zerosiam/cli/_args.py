@@ -45,7 +45,11 @@ def int_list(text: str) -> list[int]:
 
 def device_name(text: str) -> str:
     """A device the machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``), checked when the flags are
-    read; kept as text, so that it travels to worker processes as it was given."""
+    read; kept as text, so that it travels to worker processes as it was given. The CPU is always there:
+    ``cpu``, the commands' default, is taken without loading torch, which argparse would otherwise load
+    to convert the default on every parse, ``--help`` and bad flags included."""
+    if text == "cpu":
+        return text
     from zerosiam.bench.device import resolve_device  # lazily: torch only for the commands that compute
 
     try:

@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zerosiam.cli._args import csv_list, device_name, int_list, non_negative_float, positive_int
-from zerosiam.cli._errors import (
-    Interrupted,
-    UsageError,
-    interruptible,
-    refuse_text_store,
-    report_failures,
-    resume_hint,
-)
-from zerosiam.cli._models import check_label_space
+from zerosiam.cli._db import check_writable_db, open_for_writing
+from zerosiam.cli._errors import Interrupted, UsageError, interruptible, report_failures, resume_hint
+from zerosiam.cli._models import check_adaptable_models, check_label_space
 
 if TYPE_CHECKING:  # the commands import the benchmark lazily: torch only for the commands that compute
     from zerosiam.bench.execution import Execution
@@ -32,10 +26,16 @@ if TYPE_CHECKING:  # the commands import the benchmark lazily: torch only for th
 
 
 def _value(text: str) -> Any:
+    """A Python literal (``1e-3``, ``True``, ``[1, 2]``), a float Python spells only as text (``nan``,
+    ``inf``: so that ``--set lr=nan`` is refused as a number that is not finite, not as a word), else the
+    text itself."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        return float(text) if text.strip().lower().lstrip("+-") in _NON_FINITE else text
+
+
+_NON_FINITE = ("nan", "inf", "infinity")
 
 
 def _assignments(items: list[str], many: bool) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--guard",
         dest="guards",
         type=csv_list,
-        help="the guard every method wears, or a comma list to compare: none (default), rdumb, sar, auto",
+        help="the guard every method wears, or a comma list to compare: none (default), rdumb, sar, auto, asr",
     )
     parser.add_argument(
         "--rates",
@@ -155,11 +155,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(the same results, many times faster): any method with a linear predictor or none (not "
         "predictor=mlp), without a prelude, on a GroupNorm/LayerNorm model; other runs go alone",
     )
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, usage=parser.format_usage)
 
 
 # The grid's models and methods when neither the file nor a flag names them.
 DEFAULTS = {"models": ["resnet20"], "methods": ["noadapt", "tent", "zerosiam"]}
+# The flags that say what to run (the rest say where and how): without any, there is no grid to run.
+GRID_FLAGS = ("grid", "models", "methods", "dataset", "corruptions", "severities", "protocols", "seeds",
+              "replicas", "batch_size", "limit", "hparams", "sweep", "model_options", "precision", "guards",
+              "rates")  # fmt: skip
+# The README's quick benchmark: what a user who asked for nothing is pointed to.
+QUICK = (
+    "zerosiam bench --model resnet26_gn --corruptions gaussian_noise --severity 5 --protocols label_shift "
+    "--methods noadapt,tent,zerosiam --workers 3 --db runs/quick.db --no-report"
+)
+
+
+def refuse_an_unchosen_grid(args: argparse.Namespace) -> None:
+    """Stop ``zerosiam bench`` given nothing to run, with the usage and the README's quick command: the
+    defaults alone are 45 runs (resnet20 with noadapt, tent and zerosiam on every image of the 15
+    benchmark corruptions), hours of work nobody asked for by name."""
+    if any(getattr(args, name) not in (None, []) for name in GRID_FLAGS):
+        return
+    sys.stderr.write(args.usage())
+    raise UsageError(
+        "no grid given: name what to run with --grid FILE or flags (--model, --methods, --corruptions, ...), "
+        f"or start with the quick benchmark: {QUICK}"
+    )
 
 
 def grid_from_args(args: argparse.Namespace) -> Grid:
@@ -172,9 +194,11 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
         grid = Grid.from_yaml(args.grid, DEFAULTS) if args.grid else Grid.from_mapping({}, DEFAULTS)
         grid = grid.with_values(_flag_values(args, grid))
         grid.validate()
-        check_label_space(grid.models, grid.model_options, grid.dataset)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    check_label_space(grid.models, grid.model_options, grid.dataset)
+    prelude = [grid.prelude["method"]] if grid.prelude else []
+    check_adaptable_models(grid.models, grid.model_options, [*grid.methods, *prelude])
     return grid
 
 
@@ -212,15 +236,14 @@ def _every(asked: float | None, default: float) -> float | None:
 def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.execution import execute, same_as_unguarded
     from zerosiam.bench.spec import KIND
-    from zerosiam.bench.store import ResultStore
 
-    refuse_text_store(args.db)
+    check_writable_db(args.db)
+    refuse_an_unchosen_grid(args)
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
     execution = _execution(args)
-    args.db.parent.mkdir(parents=True, exist_ok=True)
-    store = ResultStore(args.db)
+    store = open_for_writing(args.db)  # the first write
     specs = _specs(grid, store)
     try:
         with interruptible():

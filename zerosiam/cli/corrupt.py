@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from zerosiam import corruptions
-from zerosiam.corruptions.datasets import build_cifar10c, build_imagenet_c
+from zerosiam.cli._errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _names(text: str) -> list[str]:
+    """The corruptions ``--corruptions`` names; an unknown one is a usage error naming the choices."""
+    from zerosiam import corruptions
+
     if text == "benchmark":
         return list(corruptions.BENCHMARK)
     if text == "all":
@@ -41,11 +43,14 @@ def _names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = set(names) - set(corruptions.BENCHMARK) - set(corruptions.EXTRA)
     if unknown:
-        raise SystemExit(f"unknown corruption(s) {sorted(unknown)}")
+        choices = ", ".join([*corruptions.BENCHMARK, *corruptions.EXTRA])
+        raise UsageError(f"unknown corruption(s) {', '.join(sorted(unknown))}; choose from {choices}")
     return names
 
 
 def main(args: argparse.Namespace) -> int:
+    from zerosiam.corruptions.datasets import build_cifar10c, build_imagenet_c
+
     names = _names(args.corruptions)
     if args.dataset == "cifar10c":
         written = build_cifar10c(args.out, names, cache=args.cache)

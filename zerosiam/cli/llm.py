@@ -16,15 +16,8 @@ import sys
 from pathlib import Path
 
 from zerosiam.cli._args import csv_list, device_name, positive_int
-from zerosiam.cli._errors import (
-    PROGRAM,
-    Interrupted,
-    UsageError,
-    interruptible,
-    refuse_text_store,
-    report_failures,
-    resume_hint,
-)
+from zerosiam.cli._db import check_writable_db, open_for_writing
+from zerosiam.cli._errors import PROGRAM, Interrupted, UsageError, interruptible, report_failures, resume_hint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,17 +72,15 @@ def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.device import resolve_device
     from zerosiam.bench.language import KIND, LanguageRunSpec, execute
     from zerosiam.bench.language_table import markdown_table
-    from zerosiam.bench.store import ResultStore
 
-    refuse_text_store(args.db)
+    check_writable_db(args.db)
     try:
         specs = [LanguageRunSpec(**values) for values in _spec_values(args)]  # checked before the model loads
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.db.parent.mkdir(parents=True, exist_ok=True)
-    store = ResultStore(args.db)
+    store = open_for_writing(args.db)
     pending = sum(not store.has(spec.run_id) for spec in specs)
     print(f"{pending} run(s) to do, {len(specs) - pending} already in {args.db}", file=sys.stderr)
     try:

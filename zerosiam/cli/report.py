@@ -11,12 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zerosiam.bench import report, summary
-from zerosiam.bench.names import DATASET_NAMES, method_name
-from zerosiam.bench.noise import Noise, noise_cells, noise_of
-from zerosiam.bench.noise import to_markdown as noise_markdown
+from zerosiam.cli._db import check_readable_db
+from zerosiam.cli._errors import PROGRAM, UsageError
 
-if TYPE_CHECKING:
+if (
+    TYPE_CHECKING
+):  # the benchmark (and torch) load in the functions that report: `zerosiam --help` needs neither
+    from zerosiam.bench import report, summary
+    from zerosiam.bench.noise import Noise
     from zerosiam.bench.spec import RunSpec
 
 
@@ -120,21 +122,24 @@ def _load_rows(db: str) -> list[dict[str, Any]]:
     return open_store(db).rows(kind="vision")
 
 
+def refused(message: str) -> int:
+    """Say why the report cannot be made, in the one line of a bad input, and give its exit code (2)."""
+    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def run_report(args: argparse.Namespace) -> int:
     """Print the Markdown tables; with ``--out`` also write them as Markdown, CSV and LaTeX, and the PNGs."""
     if (args.plot or args.heatmap) and not args.out:
-        print("error: --plot and --heatmap write files; give --out DIR", file=sys.stderr)
-        return 2
+        return refused("--plot and --heatmap write files; give --out DIR")
     if args.cells and not args.guards:
-        print("error: --cells lists the cells of --guards; give --guards too", file=sys.stderr)
-        return 2
-    from zerosiam.bench.textstore import open_store
+        return refused("--cells lists the cells of --guards; give --guards too")
+    refusal = _store_refusal(args.db)
+    if refusal is not None:
+        return refusal
+    from zerosiam.bench import report
+    from zerosiam.bench.noise import noise_of
 
-    try:
-        open_store(args.db)  # a text store is rebuilt here, once, into the cache the readers below use
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     if args.selections:
         return _print_selections(args)
     if args.data_free:
@@ -175,6 +180,24 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_refusal(db: str) -> int | None:
+    """Open the store ``--db`` names (a text store is rebuilt here, once, into the cache the readers use);
+    the exit code of a refusal when it cannot be opened, else None. Nothing is written before the path is
+    known to hold a store: a folder, a missing path, a file that is not SQLite are refused first."""
+    import sqlite3
+
+    from zerosiam.bench.textstore import open_store
+
+    try:
+        check_readable_db(Path(db))
+        open_store(db)
+    except UsageError as error:
+        return refused(str(error))
+    except (ValueError, OSError, sqlite3.Error) as error:
+        return refused(f"--db {db}: {error}")
+    return None
+
+
 def _grids_specs(paths: Sequence[str], db: str) -> list[RunSpec] | None:
     """The runs of several grid files (a study split into one grid per protocol); None when one of them
     cannot be read."""
@@ -189,6 +212,9 @@ def _grids_specs(paths: Sequence[str], db: str) -> list[RunSpec] | None:
 
 def _print_noise(rows: Sequence[Mapping[str, Any]]) -> int:
     """Print the noise table of ``rows`` (replicas included)."""
+    from zerosiam.bench.noise import noise_cells
+    from zerosiam.bench.noise import to_markdown as noise_markdown
+
     cells = noise_cells(rows)
     if not cells:
         print("no replicated runs match these filters (zerosiam bench --replicas 1,2)", file=sys.stderr)
@@ -200,14 +226,14 @@ def _print_noise(rows: Sequence[Mapping[str, Any]]) -> int:
 def _print_summary(rows: Sequence[Mapping[str, Any]], args: argparse.Namespace, noise: Noise) -> int:
     """Print the summary grid of ``rows``; with ``--out`` also write ``summary.md`` (and with ``--plot``
     ``summary.png``). An ambiguous cell is a usage error: the user narrows the rows, not the summary."""
+    from zerosiam.bench import summary
+
     if args.groups or args.by_seed or args.heatmap:
-        print("error: --summary has its own columns; drop --groups, --by-seed and --heatmap", file=sys.stderr)
-        return 2
+        return refused("--summary has its own columns; drop --groups, --by-seed and --heatmap")
     try:
         found = summary.build_summary(rows, noise)
     except summary.AmbiguousCell as error:
-        print(f"error: {error}; narrow it with --grid or --methods", file=sys.stderr)
-        return 2
+        return refused(f"{error}; narrow it with --grid or --methods")
     if not found.cells:
         print("no vision results match these filters", file=sys.stderr)
         return 1
@@ -256,12 +282,14 @@ def _grid_specs(path: str, db: str) -> list[RunSpec] | None:
     try:
         return grid_specs(Grid.from_yaml(Path(path)), open_store(db))
     except (OSError, ValueError) as error:
-        print(f"error: grid {path}: {error}", file=sys.stderr)
+        refused(f"grid {path}: {error}")
         return None
 
 
 def _print_selections(args: argparse.Namespace) -> int:
     """The ``lr_selection`` rows of the store as tables, filtered by model and dataset when given."""
+    from zerosiam.bench import report
+    from zerosiam.bench.noise import noise_of
     from zerosiam.bench.select import SELECTION_KIND, current_selections
     from zerosiam.bench.textstore import open_store
 
@@ -284,6 +312,7 @@ def _print_selections(args: argparse.Namespace) -> int:
 def _ties_markdown(selections: Sequence[Mapping[str, Any]], noise: Noise) -> str:
     """The selections whose chosen rate won by less than the noise: the candidates tied with it and the
     smallest of them, which the tie rule (``zerosiam.bench.select.tie_broken``) takes; empty when none."""
+    from zerosiam.bench.names import method_name
     from zerosiam.bench.select import tied
 
     lines = []
@@ -313,6 +342,7 @@ def _ties_markdown(selections: Sequence[Mapping[str, Any]], noise: Noise) -> str
 
 def _print_data_free(args: argparse.Namespace) -> int:
     """The ``data_free_selection`` rows of the store beside the accuracy of each candidate's runs."""
+    from zerosiam.bench import report
     from zerosiam.bench.select import DATA_FREE_KIND
     from zerosiam.bench.textstore import open_store
 
@@ -331,6 +361,8 @@ def _write_outputs(
     tables: Sequence[report.Table], rows: Sequence[Mapping[str, Any]], args: argparse.Namespace
 ) -> list[Path]:
     """Write the three table files and the requested figures; return their paths."""
+    from zerosiam.bench import report
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -365,6 +397,8 @@ def _by_table(rows: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str
 def pick_plot_runs(rows: Sequence[Mapping[str, Any]], corruption: str | None) -> list[Mapping[str, Any]]:
     """The runs one diagnostics figure shows: those on ``corruption`` (default: the mixed stream if any,
     else the first benchmark corruption present), one per table line, at its lowest seed, latest rerun."""
+    from zerosiam.bench import report
+
     present = {row["spec"].get("corruption") for row in rows}
     if corruption is None:
         ordered = [report.MIXED, *report.BENCHMARK, *sorted(map(str, present))]
@@ -382,6 +416,7 @@ def pick_plot_runs(rows: Sequence[Mapping[str, Any]], corruption: str | None) ->
 
 def write_diagnostics(rows: Sequence[Mapping[str, Any]], out: Path, corruption: str | None) -> list[Path]:
     """One diagnostics figure per table, for the runs :func:`pick_plot_runs` picks."""
+    from zerosiam.bench.names import DATASET_NAMES
     from zerosiam.bench.plots import plot_diagnostics
 
     written = []
@@ -413,6 +448,7 @@ def write_heatmaps(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
     """A heat map for each group of runs (see :func:`_sweep_key`) that tried more than one pair of
     (``lr``, ``predictor_lr``); runs on several corruptions or seeds are averaged per cell. Runs that do not
     set both rates (method defaults, or a method without a predictor) are not part of any sweep."""
+    from zerosiam.bench.names import DATASET_NAMES, method_name
     from zerosiam.bench.plots import plot_lr_heatmap
 
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)

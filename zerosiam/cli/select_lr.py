@@ -11,7 +11,8 @@ import argparse
 from pathlib import Path
 
 from zerosiam.cli._args import device_name, positive_int
-from zerosiam.cli._errors import UsageError, refuse_text_store
+from zerosiam.cli._db import check_writable_db, open_for_writing
+from zerosiam.cli._errors import UsageError
 from zerosiam.cli._models import check_label_space, describe
 
 
@@ -75,9 +76,8 @@ def check_guard(name: str, data_free: bool) -> None:
 def main(args: argparse.Namespace) -> int:
     from zerosiam.bench.device import resolve_device
     from zerosiam.bench.select import data_free_predictor_lr, select_on_held_out
-    from zerosiam.bench.store import ResultStore
 
-    refuse_text_store(args.db)
+    check_writable_db(args.db)
     device = resolve_device(args.device)  # checked when the flags were read
     check_guard(args.guard, data_free=args.data_free)
     if args.data_free:
@@ -85,9 +85,9 @@ def main(args: argparse.Namespace) -> int:
         if not args.predictor_lr:
             raise UsageError("--data-free needs --predictor-lr candidates")
         lr = args.lr[0] if args.lr else None
-        args.db.parent.mkdir(parents=True, exist_ok=True)
+        store = open_for_writing(args.db)
         chosen, changes = data_free_predictor_lr(
-            args.model, args.predictor_lr, lr=lr, seed=args.seed, device=device, store=ResultStore(args.db)
+            args.model, args.predictor_lr, lr=lr, seed=args.seed, device=device, store=store
         )
         for candidate, change in changes.items():
             print(f"predictor_lr={candidate:g}: |ΔH| = {change:.4f} nats")
@@ -98,8 +98,7 @@ def main(args: argparse.Namespace) -> int:
     if not sweep:
         raise UsageError("give candidates with --lr, --predictor-lr or --lr-scale")
     check_label_space([args.model], {}, args.dataset)
-    args.db.parent.mkdir(parents=True, exist_ok=True)
-    store = ResultStore(args.db)
+    store = open_for_writing(args.db)
     choices = select_on_held_out(
         args.model,
         args.methods.split(","),

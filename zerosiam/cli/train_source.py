@@ -16,15 +16,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from zerosiam.cli._args import device_name
-from zerosiam.zoo.architectures import ARCHITECTURES
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the zoo load in the functions that train: `zerosiam --help` needs neither
+    import torch
+
     from zerosiam.zoo.training import TrainConfig
 
-_ARCHS = (*ARCHITECTURES, "tiny_gn")
+# The names of zerosiam.zoo.architectures' ARCHITECTURES and TEST_ARCHITECTURES, written out so that the
+# parser needs no torch (tests/cli/test_startup.py checks that they are the same).
+ARCHITECTURE_NAMES = ("resnet26_gn", "vit_tiny_ln", "convnext_nano_ln", "tiny_gn")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--arch", choices=_ARCHS, help="architecture to train or time")
+    parser.add_argument("--arch", choices=ARCHITECTURE_NAMES, help="architecture to train or time")
     parser.add_argument("--out", type=Path, help="run folder: checkpoint.pt, log.jsonl (default runs/<arch>)")
     parser.add_argument("--export-dir", type=Path, help="where <arch>.safetensors + .json go (default --out)")
     parser.add_argument("--epochs", type=int)
@@ -100,6 +101,8 @@ def _device(name: str | None) -> torch.device:
 
 
 def _test_set() -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     from zerosiam.data.sources import read_cifar10_jpeg
 
     images, labels, _ = read_cifar10_jpeg("test")
@@ -107,6 +110,8 @@ def _test_set() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _train_set(limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     from zerosiam.data.sources import read_cifar10_jpeg
 
     images, labels, _ = read_cifar10_jpeg("train")
@@ -141,6 +146,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_evaluate(path: Path, arch: str | None, threads: int = 0) -> int:
     """Clean top-1 of exported weights (sha256 checked against the sidecar) or of a training checkpoint."""
+    import torch
+
     from zerosiam.zoo.trained import load_trained, sidecar_path
     from zerosiam.zoo.training import evaluate, load_checkpoint_model
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
 from torch import nn
 
 from zerosiam.methods.adapter import Adapter, prepare_options
@@ -30,6 +31,7 @@ from zerosiam.methods.zerosiam import with_zerosiam, zerosiam
 from zerosiam.parts.contract import MODALITIES, Modality
 from zerosiam.parts.guards import Guard, guard_named
 from zerosiam.parts.learner import keyword_options
+from zerosiam.parts.norms import NormSelector
 from zerosiam.parts.precision import check_precision
 from zerosiam.parts.split import check_head
 
@@ -186,6 +188,7 @@ def adapt(
          "lr_scale": lr_scale, "streams": streams, **overrides}
     )  # fmt: skip
     _check_model(model)
+    check_adaptable(model, recipe)
     check_head(model, head)
     refuse_held(model)
     defaulted = _defaulted_rates(recipe, lr, predictor_lr)
@@ -215,6 +218,25 @@ def _check_model(model: object) -> None:
     raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}{hint}")
 
 
+def check_adaptable(model: nn.Module, method: str | Recipe) -> None:
+    """Refuse, in one line saying what the method needs, a model without norm layers with parameters for
+    an adapting method: every recipe adapts the weight and bias of norm layers, and without any the first
+    step would stop on ``element 0 of tensors does not require grad``. A TorchScript model hides its
+    layers' classes, so no norm layer of it can be found. NoAdapt takes any model. (A model whose norms
+    all lie where a recipe leaves them, SAR's last stage, is taken: that recipe adapts nothing there.)"""
+    recipe = get_recipe(method)
+    if not recipe.adapts or NormSelector().parameters(model):
+        return
+    needs = f"{recipe.name} adapts the weight and bias of norm layers (BatchNorm, GroupNorm, LayerNorm, ...)"
+    if any(isinstance(module, torch.jit.ScriptModule) for module in model.modules()):
+        raise TypeError(
+            f"{needs}, and a TorchScript model hides its layers: adapt the nn.Module it was scripted from "
+            "(a builder: in a benchmark), or score it with noadapt"
+        )
+    network = type(getattr(model, "wrapped_model", model)).__name__
+    raise ValueError(f"{needs}, and {network} has none with parameters: use a model with them, or noadapt")
+
+
 def _defaulted_rates(recipe: Recipe, lr: float | None, predictor_lr: float | None) -> tuple[str, ...]:
     """The rates the adapter takes from the paper's table because the caller gave none: ``lr``, and
     ``predictor_lr`` where the recipe has a predictor to learn."""
@@ -236,6 +258,7 @@ __all__ = [
     "Recipe",
     "adapt",
     "available_methods",
+    "check_adaptable",
     "get_recipe",
     "options_of",
     "register",

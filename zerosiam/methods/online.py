@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -159,6 +160,7 @@ class OnlineModel:
         """The prediction for ``x`` from the current weights; then, for an adapter, one step on ``x``."""
         self._check_holding()
         with tensor_cores(self.settings.precision):
+            x = in_dtype_of(self.model, x)
             self._check_input(x)
             with self._released_if_first_fails():
                 return self._take(x)
@@ -170,6 +172,7 @@ class OnlineModel:
         """The prediction for ``x`` from the current weights, with no adaptation step and no record: for
         scoring a model frozen after adapting (the blind-spot protocol)."""
         self._check_holding()
+        x = in_dtype_of(self.model, x)
         self._check_input(x)
         with torch.no_grad(), self._released_if_first_fails():
             return self._forward(x)
@@ -314,6 +317,17 @@ def refuse_held(model: nn.Module) -> None:
             f"({holder.recipe.name}): a second adapter's reset() and release() would not give back the "
             "original; call release() on the first, or adapt a copy of the model made before it"
         )
+
+
+def in_dtype_of(model: nn.Module, x: Tensor) -> Tensor:
+    """A floating-point batch of another precision (float64 from numpy, a half batch) in the floating
+    dtype of ``model``'s weights, which its first layer would otherwise refuse with a dtype mismatch; any
+    other input is left as it is, for ``check_input`` to refuse in one line."""
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        return x
+    weights = (t for t in itertools.chain(model.parameters(), model.buffers()) if t.is_floating_point())
+    dtype = next(weights, x).dtype
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def check_input(x: Tensor) -> None:

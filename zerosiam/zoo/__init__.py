@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         dataset: str
         builder_kwargs: dict[str, Any]
         strict: bool
+        output: str | int
 
 
 __all__ = [
@@ -160,8 +161,12 @@ def load_model(name: str, **options: Unpack[ModelOptions]) -> nn.Module:
     ("cifar10" or "imagenet"; inferred from 10 or 1000 classes), ``builder_kwargs`` (passed to
     ``timm.create_model``, the builder or ``from_pretrained``) and ``strict`` (False tolerates extra
     checkpoint keys, never missing ones). An ``hf:`` model resizes images of another size to its input
-    size, as its processor would.
+    size, as its processor would. ``output`` names the field of the model's output that holds the logits
+    (a key or a position, as ``zerosiam.adapt``'s ``output``) where the rule of
+    ``zerosiam.parts.split.logits_of`` cannot tell; the loaded model returns that tensor.
     """
     entry = model_info(name, **options)
     resize_to = entry.input_size if entry.resize else None
-    return Normalized(entry.build(), entry.mean, entry.std, resize_to, entry.resize or "bilinear").eval()
+    output = options.get("output")
+    model = Normalized(entry.build(), entry.mean, entry.std, resize_to, entry.resize or "bilinear", output)
+    return model.eval()

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zerosiam.parts.split import find_head, logits_of
+from zerosiam.parts.split import OutputChoice, find_head, logits_of
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -37,7 +37,8 @@ class Normalized(nn.Module):
     with, so neither the adapter nor the benchmark has to know a model's preprocessing. With
     ``resize_to``, images of another size are first resized to that square side with ``interpolation``
     (a Hugging Face model, whose processor resizes every image). What the model returns is read as its
-    logits (``zerosiam.parts.split.logits_of``), so every zoo model returns a tensor.
+    logits (``zerosiam.parts.split.logits_of``; ``output`` names the field when the rule cannot tell), so
+    every zoo model returns a tensor and an adapter never sees another output.
     """
 
     def __init__(
@@ -47,16 +48,18 @@ class Normalized(nn.Module):
         std: Sequence[float],
         resize_to: int | None = None,
         interpolation: str = "bilinear",
+        output: OutputChoice = None,
     ) -> None:
         super().__init__()
         self.model = model
+        self.output = output
         self.resize_to = resize_to
         self.interpolation = interpolation
         self.register_buffer("mean", torch.tensor(tuple(mean)).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(tuple(std)).view(1, -1, 1, 1), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return logits_of(self.model((self._resized(x) - self.mean) / self.std))
+        return logits_of(self.model((self._resized(x) - self.mean) / self.std), self.output)
 
     def _resized(self, x: Tensor) -> Tensor:
         """``x`` at ``resize_to``² (antialiased when shrinking, as PIL resizes), or as it is."""
@@ -140,3 +143,4 @@ class Options:
     dataset: str | None = None
     builder_kwargs: Mapping[str, Any] = field(default_factory=dict)
     strict: bool = True
+    output: str | int | None = None  # the field of the model's output that holds the logits (logits_of)

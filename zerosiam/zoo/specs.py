@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zerosiam.parts.split import logits_of
+from zerosiam.parts.split import OutputChoice, logits_of
 from zerosiam.zoo.base import (
     DATASET_INPUT_SIZES,
     IMAGENET_MEAN,
@@ -244,7 +244,7 @@ def _user_entry(build: Callable[[], nn.Module], options: Options, source: str) -
     num_classes = options.num_classes
     if num_classes is None:
         probed = build()
-        num_classes = count_classes(probed, input_size)
+        num_classes = count_classes(probed, input_size, options.output)
         build = _first_then(probed, build)
     return ModelEntry(
         build=build,
@@ -266,18 +266,18 @@ def _user_input_size(options: Options) -> int:
     raise ValueError(f"pass input_size= (or dataset= one of {sorted(DATASET_INPUT_SIZES)})")
 
 
-def count_classes(model: nn.Module, input_size: int) -> int:
-    """The width of the model's logits for one image of zeros (read from its output by ``logits_of``),
-    which must be a (1, classes) tensor."""
+def count_classes(model: nn.Module, input_size: int, output: OutputChoice = None) -> int:
+    """The width of the model's logits for one image of zeros (read from its output by ``logits_of``, in
+    the field ``output`` names), which must be a (1, classes) tensor."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        output = logits_of(model(torch.zeros(1, 3, input_size, input_size)))
+        logits = logits_of(model(torch.zeros(1, 3, input_size, input_size)), output)
     model.train(was_training)
-    if output.dim() != 2 or output.shape[0] != 1:
-        shape = tuple(output.shape)
+    if logits.dim() != 2 or logits.shape[0] != 1:
+        shape = tuple(logits.shape)
         raise ValueError(f"the model must return (N, classes) logits; for one image it returned {shape}")
-    return int(output.shape[1])
+    return int(logits.shape[1])
 
 
 def _first_then(first: nn.Module, build: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
