@@ -62,9 +62,10 @@ class Execution:
             if change == "alone":
                 continue
             key, _, value = change.partition(":")
-            if key not in ("stack", "threads", "guard", "replica") or not value:
+            if key not in ("stack", "threads", "guard", "replica", "draws") or not value:
                 raise SystemExit(
-                    f"unknown execution {change!r}; use alone, stack:B, threads:N, guard:G, replica:R"
+                    f"unknown execution {change!r}; "
+                    "use alone, stack:B, threads:N, guard:G, replica:R, draws:K"
                 )
             fields["streams" if key == "stack" else key] = value if key == "guard" else int(value)
         return cls(**fields)
@@ -229,6 +230,9 @@ def _frozen_accuracy(twin: Twin, stream: Any, device: torch.device) -> float:
     return float(hits[0].mean())
 
 
+FLOOR = 1e-12  # where a gap of exactly 0 is drawn on the log scale
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
     """Three panels over the stream: the weights' gap, the predictions that differed, the accuracy gap."""
     import matplotlib
@@ -240,15 +244,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for pair in result["pairs"]:
         steps = [row["step"] for row in pair["curve"]]
         label = " vs ".join(pair["twins"])
-        axes[0].plot(steps, [max(row["weight_gap"], 1e-12) for row in pair["curve"]], label=label)
+        axes[0].plot(steps, [max(row["weight_gap"], FLOOR) for row in pair["curve"]], label=label)
         axes[1].plot(steps, [row["differing"] for row in pair["curve"]], label=label)
         gaps = [100 * abs(row["accuracy_a"] - row["accuracy_b"]) for row in pair["curve"]]
         axes[2].plot(steps, gaps, label=label)
     spec = result["spec"]
     titles = (
-        "adapted weights: L2 gap",
+        f"adapted weights: L2 gap ({FLOOR:g}: the same bits)",
         "predictions that differed (cumulative)",
-        "running accuracy gap (points)",
+        "online accuracy gap on the stream (points)",
     )
     for axis, title in zip(axes, titles, strict=True):
         axis.set_xscale("log")
@@ -256,6 +260,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         axis.set_title(title, fontsize=9)
     axes[0].set_yscale("log")
     axes[1].set_yscale("symlog")
+    axes[1].set_ylim(bottom=0)
     axes[0].legend(fontsize=7)
     figure.suptitle(
         f"{spec['model']}, {spec['method']}, {spec['protocol']}, {spec['corruption']} 5, seed {spec['seed']}",
@@ -270,16 +275,25 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--db", default="docs/results/study")
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--method", required=True)
-    parser.add_argument("--protocol", required=True)
-    parser.add_argument("--corruption", required=True)
-    parser.add_argument("--pair", action="append", required=True, metavar="A/B", help="e.g. alone/stack:4")
+    parser.add_argument("--model")
+    parser.add_argument("--method")
+    parser.add_argument("--protocol")
+    parser.add_argument("--corruption")
+    parser.add_argument("--pair", action="append", metavar="A/B", help="e.g. alone/stack:4")
     parser.add_argument("--lr-scale", type=float, help="the stored run's rate, where it holds several")
     parser.add_argument("--steps", type=int, help="stop after this many steps (default: the whole stream)")
     parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     parser.add_argument("--plot", action="store_true", help="also write the figure, as a PNG beside it")
+    parser.add_argument("--replot", action="store_true", help="only draw the figure of an existing --out")
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
+        return
+    missing = [
+        flag for flag in ("model", "method", "protocol", "corruption", "pair") if not getattr(args, flag)
+    ]
+    if missing:
+        parser.error(f"give --{', --'.join(missing)} (or --replot)")
     pairs = []
     for text in args.pair:
         a, _, b = text.partition("/")
