@@ -39,7 +39,8 @@ from zerosiam.bench.replica import jittered
 from zerosiam.bench.runner import _method_extras, stream_for
 from zerosiam.bench.spec import NO_GUARD, RunSpec
 from zerosiam.bench.textstore import open_store
-from zerosiam.protocols.build import stacked_frozen_hits, to_device
+from zerosiam.data.tensors import to_input
+from zerosiam.protocols.build import stacked_frozen_hits
 
 
 @dataclass(frozen=True)
@@ -81,13 +82,17 @@ class Twin:
     correct: int = 0
     seen: int = 0
 
-    def step(self, x: torch.Tensor, index: int, seed: int) -> torch.Tensor:
-        """The twin's logits for ``x`` (its own stream's rows) after one online step under its execution;
-        the methods' draws of this step are seeded by the run's seed, the step and the twin's ``draws``."""
+    def step(self, pixels: torch.Tensor, index: int, seed: int) -> torch.Tensor:
+        """The twin's logits for ``pixels`` (its own stream's uint8 rows) after one online step under its
+        execution; the methods' draws of this step are seeded by the run's seed, the step and the twin's
+        ``draws``. The input is made as the runner makes it, stacked as uint8 rows and then turned into
+        floats (``to_input``: a permuted, channels-last view), because the memory layout of the input
+        decides which kernels run, and so the rounding, too."""
         torch.manual_seed((seed + 7919 * self.execution.draws) * 1_000_003 + index)
         torch.set_num_threads(self.execution.threads)
-        x = jittered(x, [self.execution.replica], index)
-        return self.adapter(x.repeat(self.execution.streams, 1, 1, 1))[: len(x)]
+        x = to_input(pixels.repeat(self.execution.streams, 1, 1, 1))
+        x = jittered(x, [self.execution.replica] * self.execution.streams, index)
+        return self.adapter(x)[: len(pixels)]
 
     def weights(self) -> torch.Tensor:
         """The adapted weights of the twin's own stream (the first of a stack), as one vector."""
@@ -162,10 +167,10 @@ def compare(spec: RunSpec, pairs: list[tuple[Execution, Execution]], steps: int 
     records = [Record() for _ in pairs]
     device = torch.device("cpu")
     for index in range(length):
-        x, y = to_device(*batches[index], device)
+        pixels, y = batches[index]
         for (a, b), record in zip(twins, records, strict=True):
-            logits_a = a.step(x, index, spec.seed)
-            logits_b = b.step(x, index, spec.seed)
+            logits_a = a.step(pixels, index, spec.seed)
+            logits_b = b.step(pixels, index, spec.seed)
             _observe(record, index, logits_a, logits_b, y, a, b, index + 1 in checkpoints)
     out: dict[str, Any] = {"spec": spec.as_dict(), "steps": length, "pairs": []}
     for (a, b), record in zip(twins, records, strict=True):
