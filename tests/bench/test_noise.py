@@ -186,10 +186,13 @@ def test_the_noise_table_has_the_replica_and_the_seed_spread():
 
 
 def test_a_difference_counts_only_beyond_the_noise():
-    noise = Noise({("resnet20", "mild"): 1.0, ("resnet20", "label_shift"): 3.0})
+    noise = Noise(
+        {("resnet20", "mild"): 1.0, ("resnet20", "label_shift"): 3.0, ("resnet20", "blind_spot"): 9}
+    )
     assert noise.of_run("resnet20", "mild", "noadapt") == 0.0
-    assert noise.of_run("resnet20", "mixed", "tent") == 3.0  # unmeasured protocol: the model's largest
-    assert noise.of_run("vit", "mild", "tent") == 3.0  # unmeasured model: the largest measured
+    assert noise.of_run("resnet20", "mixed", "tent") == 3.0  # unmeasured: the model's largest at batch 64
+    assert noise.of_run("resnet20", "bs1", "tent") == 9.0  # and at batch 1
+    assert noise.of_run("vit", "mild", "tent") == 9.0  # unmeasured model: the largest measured
     assert noise.band("resnet20", "mild", ("tent", "noadapt")) == pytest.approx(NOISE_BANDS)
     assert noise.band("resnet20", "mild", ("tent", "zerosiam"), (4, 4)) == pytest.approx(
         NOISE_BANDS * math.sqrt(0.5)

@@ -11,8 +11,9 @@ and protocol, two spreads of accuracy in points:
 
 **The noise rule** (``docs/RESULTS.md``, "How a verdict is labelled"): the noise of one run of an adapting
 method is ``σ``, the pooled replica std of its model and protocol (where that protocol has no replicas,
-the largest σ measured on the model; where the model has none, the largest measured at all); a frozen
-model (NoAdapt) has none. A mean over ``n`` runs (corruptions × seeds) has ``σ / √n``, the executions of
+the largest σ measured on the model at the same batch size (batch 1 or a batch; the replicas show that
+this decides it), else on the model, else the largest measured at all); a frozen model (NoAdapt) has
+none. A mean over ``n`` runs (corruptions × seeds) has ``σ / √n``, the executions of
 different streams rounding apart independently. A difference between two results counts only when it is
 larger than ``NOISE_BANDS`` times the noise of the difference, ``√(σ_a² + σ_b²)``, besides whatever floor
 the caller adds (the seeds' stds, a point).
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerosiam.bench.batches import STACKED_PROTOCOLS
 from zerosiam.bench.spec import without_later_defaults
 from zerosiam.bench.store import run_id_for
 from zerosiam.bench.tables import BASELINE, select_rows
@@ -75,13 +77,20 @@ class Noise:
     sigma: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def of_run(self, model: str, protocol: str, method: str) -> float:
-        """σ of one run, in points: 0 for NoAdapt; the cell's, else the model's largest, else any largest."""
+        """σ of one run, in points: 0 for NoAdapt; the cell's, else the largest of the model's protocols
+        of the same batch size, else the model's largest, else any largest."""
         if method == BASELINE or not self.sigma:
             return 0.0
         if (model, protocol) in self.sigma:
             return self.sigma[model, protocol]
-        of_model = [value for (m, _), value in self.sigma.items() if m == model]
-        return max(of_model) if of_model else max(self.sigma.values())
+        batch_one = protocol in STACKED_PROTOCOLS
+        for alike in (
+            [v for (m, p), v in self.sigma.items() if m == model and (p in STACKED_PROTOCOLS) == batch_one],
+            [v for (m, _), v in self.sigma.items() if m == model],
+        ):
+            if alike:
+                return max(alike)
+        return max(self.sigma.values())
 
     def band(
         self, model: str, protocol: str, methods: tuple[str, str], runs: tuple[int, int] = (1, 1)

@@ -105,7 +105,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--guard",
         dest="guards",
         type=csv_list,
-        help="the guard every method wears, or a comma list to compare: none (default), rdumb, sar, auto, asr",
+        help="the guard every method wears, or a comma list to compare: "
+        "none (default), rdumb, sar, auto, asr",
     )
     parser.add_argument(
         "--rates",
