@@ -12,8 +12,8 @@ and protocol, two spreads of accuracy in points:
 **The noise rule** (``docs/RESULTS.md``, "How a verdict is labelled"): the noise of one run of an adapting
 method is ``σ``, the pooled replica std of its model and protocol (where that protocol has no replicas,
 the largest σ measured on the model at the same batch size (batch 1 or a batch; the replicas show that
-this decides it), else on the model, else the largest measured at all); a frozen model (NoAdapt) has
-none. A mean over ``n`` runs (corruptions × seeds) has ``σ / √n``, the executions of
+this decides it), else on the model, else on any model at that batch size); a frozen model (NoAdapt)
+has none. A mean over ``n`` runs (corruptions × seeds) has ``σ / √n``, the executions of
 different streams rounding apart independently. A difference between two results counts only when it is
 larger than ``NOISE_BANDS`` times the noise of the difference, ``√(σ_a² + σ_b²)``, besides whatever floor
 the caller adds (the seeds' stds, a point).
@@ -78,15 +78,18 @@ class Noise:
 
     def of_run(self, model: str, protocol: str, method: str) -> float:
         """σ of one run, in points: 0 for NoAdapt; the cell's, else the largest of the model's protocols
-        of the same batch size, else the model's largest, else any largest."""
+        of the same batch size, else the model's largest, else the largest of any model at that batch size,
+        else any largest."""
         if method == BASELINE or not self.sigma:
             return 0.0
         if (model, protocol) in self.sigma:
             return self.sigma[model, protocol]
         batch_one = protocol in STACKED_PROTOCOLS
+        same_batch = {key: v for key, v in self.sigma.items() if (key[1] in STACKED_PROTOCOLS) == batch_one}
         for alike in (
-            [v for (m, p), v in self.sigma.items() if m == model and (p in STACKED_PROTOCOLS) == batch_one],
+            [v for (m, _), v in same_batch.items() if m == model],
             [v for (m, _), v in self.sigma.items() if m == model],
+            list(same_batch.values()),
         ):
             if alike:
                 return max(alike)
