@@ -156,7 +156,6 @@ def run_report(args: argparse.Namespace) -> int:
     if args.noise:
         return _print_noise(report.select_rows(every, **filters, replica=None))
     rows = report.select_rows(every, **filters)
-    noise = noise_of(every)  # the rule every comparison below uses, from all of the store's replicas
     worn: set[str] = set()  # the guards the grid files wear
     if args.grid:
         specs = _grids_specs(args.grid, args.db)
@@ -166,9 +165,9 @@ def run_report(args: argparse.Namespace) -> int:
         worn = {spec.guard for spec in specs}
         rows = [row for row in rows if row["run_id"] in wanted]
     if args.summary:
-        return _print_summary(rows, args, noise)
+        return _print_summary(rows, args, noise_of(every))  # the rule from all the store's replicas
     if args.guards:
-        return _print_guards(rows, worn, args.cells, noise)
+        return _print_guards(rows, worn, args.cells, noise_of(every))
     tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
