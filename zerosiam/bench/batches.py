@@ -23,7 +23,7 @@ from zerosiam.methods.adapter import Adapter
 from zerosiam.methods.relay import Relay
 from zerosiam.parts.streams import put_rows
 from zerosiam.protocols import streams
-from zerosiam.protocols.build import MIXED, Stream, gather_batch
+from zerosiam.protocols.build import SEQUENCES, Stream, gather_batch
 
 STACKED_PROTOCOLS = ("bs1", "label_shift_bs1", "blind_spot")  # one-sample steps
 # What stacked runs may differ in: each stream is built from its own run's corruption and seed (the seed
@@ -53,9 +53,9 @@ def check_stackable(specs: Sequence[RunSpec]) -> RunSpec:
         differing = [field for field, value in common.items() if values[field] != value]
         if differing:
             raise ValueError(f"stacked runs may differ in {', '.join(STACKED_AXES)} only, not in {differing}")
-    if first.prelude or first.corruption == MIXED:
+    if first.prelude or first.corruption in SEQUENCES:
         raise ValueError(
-            f"runs with a prelude or of the mixed protocol do not stack (protocol {first.protocol!r}, "
+            f"runs with a prelude or over a sequence of domains do not stack (protocol {first.protocol!r}, "
             f"prelude {first.prelude or 'none'})"
         )
     return first

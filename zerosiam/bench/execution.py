@@ -19,9 +19,10 @@ from zerosiam.bench.checkpoint import Checkpointing
 from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import Failure, ResultStore
 from zerosiam.bench.tasks import Execution, Outcome, Progress, run_ids_of, tasks_of
-from zerosiam.corruptions.datasets import load_corrupted
+from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.parts.guards import AUTO, never_acts
-from zerosiam.protocols import MIXED
+from zerosiam.protocols import SEQUENCES
+from zerosiam.protocols.build import CCC, GRADUAL
 
 __all__ = ["Execution", "execute", "pending", "prepare_data"]
 
@@ -30,10 +31,19 @@ def prepare_data(specs: Iterable[RunSpec]) -> None:
     """Make every corrupted split the grid needs before workers start, so no two workers build one."""
     needed = set()
     for spec in (s for s in specs if datasets.is_cached(s.dataset)):  # folders on disk need no build
-        names = corruptions.BENCHMARK if spec.corruption == MIXED else (spec.corruption,)
-        needed.update((spec.dataset, name, spec.severity) for name in names)
+        needed.update(splits_of(spec))
     for dataset, name, severity in tqdm(sorted(needed), desc="data", leave=False):
         load_corrupted(dataset, name, severity, progress=False)
+
+
+def splits_of(spec: RunSpec) -> set[tuple[str, str, int]]:
+    """The corrupted splits ``(dataset, corruption, severity)`` a run reads: a CCC stream corrupts clean
+    images as it goes, the gradual one reads every severity."""
+    if spec.protocol == CCC:
+        return {(datasets.clean_source(spec.dataset), "clean", 1)}
+    names = corruptions.BENCHMARK if spec.corruption in SEQUENCES else (spec.corruption,)
+    severities = SEVERITIES if spec.protocol == GRADUAL else (spec.severity,)
+    return {(spec.dataset, name, severity) for name in names for severity in severities}
 
 
 def pending(specs: Iterable[RunSpec], store: ResultStore) -> list[RunSpec]:

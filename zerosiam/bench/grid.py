@@ -26,7 +26,8 @@ from zerosiam.methods.limits import check_numbers
 from zerosiam.parts.guards import GUARDS
 from zerosiam.parts.precision import PRECISIONS
 from zerosiam.parts.split import OutputNotLogitsError
-from zerosiam.protocols import MIXED, PROTOCOLS
+from zerosiam.protocols import PROTOCOLS, SEQUENCES
+from zerosiam.protocols.build import CCC
 from zerosiam.zoo import MODELS, model_info
 from zerosiam.zoo.specs import MODEL_OPTIONS, SYNTAX, is_spec
 
@@ -50,8 +51,8 @@ __all__ = [
 RATES = ("paper", "selected")  # where each method's learning rates come from
 RATE_OPTIONS = ("lr", "predictor_lr", "lr_scale")
 # the RunSpec fields a grid's ``stream:`` may sweep: label shift's imbalance ratio and length, the
-# noise-prefix length, the passes of the epochs protocol
-STREAM_FIELDS = ("imbalance_ratio", "stream_length", "noise", "epochs")
+# noise-prefix length, the passes of the epochs protocol, the source accuracy a CCC stream holds
+STREAM_FIELDS = ("imbalance_ratio", "stream_length", "noise", "epochs", "target")
 
 
 # Where a benchmark takes adapt()'s ``output``: the zoo's wrapper reads the logits as it loads the model.
@@ -240,7 +241,9 @@ class Grid:
             hparams = {**self.hparams, **{key: value for key, value in point.items() if key in accepted}}
             for option in _ignored_rates(method):
                 hparams.pop(option, None)
-            for corruption in [MIXED] if protocol == MIXED else self.corruptions:
+            if protocol != CCC:  # the other protocols take no target: such points are one run (``_unique``)
+                stream = {key: value for key, value in stream.items() if key != "target"}
+            for corruption in [protocol] if protocol in SEQUENCES else self.corruptions:
                 out.append(
                     RunSpec(
                         model=model,

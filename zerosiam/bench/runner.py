@@ -36,6 +36,7 @@ from zerosiam.bench.batches import (
     check_stackable,
     padded,
 )
+from zerosiam.bench.ccc import ccc_source
 from zerosiam.bench.checkpoint import RunCheckpoint, random_state, restore_random_state
 from zerosiam.bench.device import describe_device
 from zerosiam.bench.environment import environment
@@ -52,6 +53,7 @@ from zerosiam.parts.guards import Watch, auto_watched, sar_replayed, triggers_by
 from zerosiam.parts.precision import forward_precision
 from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
+    CCC,
     Stream,
     build_stream,
     frozen_batches,
@@ -110,13 +112,16 @@ def stream_for(
     spec: RunSpec, source_model: nn.Module | None = None, device: torch.device | None = None
 ) -> Stream:
     """The protocol's stream for ``spec`` over the benchmark's data: the cached corrupted split of
-    ``spec.dataset`` at ``spec.severity`` (the 15 benchmark corruptions for the mixed protocol). The
-    blind-spot stream is made of what the unadapted ``source_model`` gets wrong, so it needs it."""
+    ``spec.dataset`` at ``spec.severity`` (the 15 benchmark corruptions for the mixed and continual
+    protocols, at every severity for the gradual one). The blind-spot stream is made of what the
+    unadapted ``source_model`` gets wrong, and a CCC stream is calibrated on it, so they need it."""
     device = device or torch.device("cpu")
-    predict = mistakes = None
+    predict = mistakes = ccc = None
     if source_model is not None:
         predict = functools.partial(_frozen_forward, source_model, spec.precision)
         mistakes = functools.partial(cached_mistakes, spec, source_model, predict, device)
+        if spec.protocol == CCC:
+            ccc = ccc_source(spec, source_model, predict, device)
     return build_stream(
         spec,
         lambda corruption: datasets.open_domain(spec.dataset, corruption, spec.severity),
@@ -124,6 +129,8 @@ def stream_for(
         predict=predict,
         mistakes=mistakes,
         device=device,
+        load_at=lambda corruption, severity: datasets.open_domain(spec.dataset, corruption, severity),
+        ccc=ccc,
     )
 
 

@@ -17,13 +17,13 @@ from zerosiam.bench.store import run_id_for
 from zerosiam.methods import get_recipe
 from zerosiam.parts.guards import guard_named
 from zerosiam.parts.precision import check_precision
-from zerosiam.protocols.build import MIXED, PROTOCOLS
+from zerosiam.protocols.build import CCC, CCC_TARGET, PROTOCOLS, SEQUENCES
 from zerosiam.zoo.trained import shipped_sha256
 
 KIND = "vision"  # the store's kind of a RunSpec's rows (language runs store their own)
 # RunSpec fields younger than the stores, and their defaults: not in a run's identity while at them
 NO_GUARD = "none"  # the guard of every run stored before guards existed
-LATER_FIELDS = {"prelude": {}, "guard": NO_GUARD, "replica": 0}
+LATER_FIELDS = {"prelude": {}, "guard": NO_GUARD, "replica": 0, "target": CCC_TARGET}
 
 
 def without_later_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,14 +45,25 @@ def check_prelude(prelude: dict[str, Any]) -> None:
         raise ValueError(f"a prelude's steps must be a positive integer, got {steps!r}")
 
 
+def check_target(protocol: str, target: float) -> None:
+    """A CCC stream's target is a source accuracy in (0, 100) %; no other protocol takes one."""
+    if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target < 100:
+        raise ValueError(f"a CCC target is a source accuracy in % between 0 and 100, got {target!r}")
+    if protocol != CCC and target != CCC_TARGET:
+        raise ValueError(f"only the ccc protocol takes a target, not {protocol!r} (got target {target!r})")
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything that determines a run's result. ``hparams`` are ``adapt`` overrides (lr, predictor_lr, …).
 
-    ``corruption`` is ``"mixed"`` for the mixed protocol, which streams all 15 corruptions in one run.
-    ``stream_length`` sets T for label shift (default: the dataset size) and the length of the blind-spot
-    stream (default: one pass over the source model's mistakes, as the paper); ``noise`` the noise-prefix
-    length; ``epochs`` the passes of the epochs protocol.
+    ``corruption`` is the protocol's name for the protocols that stream all 15 corruptions in one run
+    (``mixed``, ``continual``, ``gradual``, ``ccc``).
+    ``stream_length`` sets T for label shift (default: the dataset size), the length of the blind-spot
+    stream (default: one pass over the source model's mistakes, as the paper) and of the gradual and CCC
+    streams (default 100,000); ``noise`` the noise-prefix length; ``epochs`` the passes of the epochs
+    protocol; ``target`` the source model's accuracy (%) a CCC stream is calibrated to hold (only CCC
+    takes one).
     ``precision`` is the forward's (``fp32``, ``bf16``, ``fp16``); ``model_options`` go to
     ``zerosiam.load_model`` (mean, std, checkpoint, … of a ``timm:``/``builder:``/``torchscript:`` model).
     ``prelude`` (``{"method": "tent", "steps": 100, "lr_scale": 10}``) lets another method adapt the
@@ -86,6 +97,7 @@ class RunSpec:
     prelude: dict[str, Any] = field(default_factory=dict)
     guard: str = "none"
     replica: int = 0
+    target: float = CCC_TARGET
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -96,8 +108,13 @@ class RunSpec:
             raise ValueError(f"a replica is a non-negative integer, got {self.replica!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {PROTOCOLS}")
-        if (self.protocol == MIXED) != (self.corruption == MIXED):
-            raise ValueError("the mixed protocol runs with corruption='mixed', and only it does")
+        if (self.protocol in SEQUENCES or self.corruption in SEQUENCES) and self.corruption != self.protocol:
+            raise ValueError(
+                f"the protocols {', '.join(SEQUENCES)} run with their own name as the corruption, and only "
+                f"they do (protocol {self.protocol!r}, corruption {self.corruption!r})"
+            )
+        check_target(self.protocol, self.target)
+        object.__setattr__(self, "target", float(self.target))  # 15 and 15.0 are one run, with one id
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

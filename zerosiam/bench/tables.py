@@ -39,6 +39,7 @@ from typing import Any
 from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
 from zerosiam.bench.spec import LATER_FIELDS, without_later_defaults
 from zerosiam.corruptions import BENCHMARK, GROUPS
+from zerosiam.protocols.build import SEQUENCES
 
 BASELINE = "noadapt"
 MIXED = "mixed"
@@ -215,10 +216,11 @@ def run_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _accuracies(row: Mapping[str, Any]) -> dict[str, float]:
-    """Accuracy in % per column key that this run provides (per corruption; ``overall`` for mixed)."""
+    """Accuracy in % per column key that this run provides (per corruption; ``overall`` for a run over
+    a sequence of them: mixed, continual, gradual, CCC)."""
     spec, metrics = row["spec"], row.get("metrics") or {}
     accuracy = metrics.get("accuracy")
-    if spec.get("corruption") == MIXED:
+    if spec.get("corruption") in SEQUENCES:
         per_domain = (metrics.get("per_domain") or {}).items()
         found = {name: 100.0 * value for name, value in per_domain if name in BENCHMARK and value is not None}
         if accuracy is not None:
@@ -414,7 +416,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     """The table of one (dataset, model, protocol, severity) from its rows. Runs on the extra corruptions
     (e.g. a sweep on the held-out set) are left out before labelling, so that they neither add empty lines
     nor lengthen the labels of the lines that stay."""
-    kept = [row for row in rows if row["spec"].get("corruption") in (*BENCHMARK, MIXED)]
+    kept = [row for row in rows if row["spec"].get("corruption") in (*BENCHMARK, *SEQUENCES)]
     ignored, rows = len(rows) - len(kept), kept
     labels = run_labels(rows)
     method_of = {labels[row["run_id"]]: row["spec"]["method"] for row in rows}
@@ -422,7 +424,7 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     per_label: dict[str, dict[Any, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for row in rows:
         per_label[labels[row["run_id"]]][row["spec"].get("seed")].update(_accuracies(row))
-    mixed = any(row["spec"].get("corruption") == MIXED for row in rows)
+    mixed = any(row["spec"].get("corruption") in SEQUENCES for row in rows)
     present = {column for seeds in per_label.values() for values in seeds.values() for column in values}
     shown = [name for name in BENCHMARK if name in present]
     if by_seed:

@@ -91,6 +91,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sweep an option, e.g. --sweep predictor_lr=1e-3,1e-2",
     )
     parser.add_argument(
+        "--stream",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a protocol's parameter, swept: target (CCC's source accuracy, %%), stream_length, noise, "
+        "epochs, imbalance_ratio, e.g. --stream target=50,20",
+    )
+    parser.add_argument(
         "--model-option",
         dest="model_options",
         action="append",
@@ -163,8 +171,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 DEFAULTS = {"models": ["resnet20"], "methods": ["noadapt", "tent", "zerosiam"]}
 # The flags that say what to run (the rest say where and how): without any, there is no grid to run.
 GRID_FLAGS = ("grid", "models", "methods", "dataset", "corruptions", "severities", "protocols", "seeds",
-              "replicas", "batch_size", "limit", "hparams", "sweep", "model_options", "precision", "guards",
-              "rates")  # fmt: skip
+              "replicas", "batch_size", "limit", "hparams", "sweep", "stream", "model_options", "precision",
+              "guards", "rates")  # fmt: skip
 # The README's quick benchmark: what a user who asked for nothing is pointed to.
 QUICK = (
     "zerosiam bench --model resnet26_gn --corruptions gaussian_noise --severity 5 --protocols label_shift "
@@ -205,7 +213,8 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
 
 def _flag_values(args: argparse.Namespace, grid: Grid) -> dict[str, Any]:
     """The grid's keys the flags set: each given flag replaces the file's value, except ``--set``,
-    ``--sweep`` and ``--model-option``, whose entries join the file's (a flag's entry wins)."""
+    ``--sweep``, ``--stream`` and ``--model-option``, whose entries join the file's (a flag's entry
+    wins)."""
     corruptions = args.corruptions
     flags = {
         "models": args.models,
@@ -225,6 +234,7 @@ def _flag_values(args: argparse.Namespace, grid: Grid) -> dict[str, Any]:
     values = {key: value for key, value in flags.items() if value is not None}
     values["hparams"] = {**grid.hparams, **_assignments(args.hparams, many=False)}
     values["sweep"] = {**grid.sweep, **_assignments(args.sweep, many=True)}
+    values["stream"] = {**grid.stream, **_assignments(args.stream, many=True)}
     values["model_options"] = {**grid.model_options, **_assignments(args.model_options, many=False)}
     return values
 

@@ -8,6 +8,6 @@
 The package sits below the benchmark and imports nothing from it, the methods, the corruptions or the zoo.
 """
 
-from zerosiam.protocols.build import BLIND_SPOT, MIXED, PROTOCOLS, Stream, build_stream
+from zerosiam.protocols.build import BLIND_SPOT, MIXED, PROTOCOLS, SEQUENCES, Stream, build_stream
 
-__all__ = ["BLIND_SPOT", "MIXED", "PROTOCOLS", "Stream", "build_stream"]
+__all__ = ["BLIND_SPOT", "MIXED", "PROTOCOLS", "SEQUENCES", "Stream", "build_stream"]

@@ -20,13 +20,22 @@ import torch
 from zerosiam.data.tensors import to_input
 from zerosiam.protocols import seeding, streams
 
-PROTOCOLS = ("mild", "label_shift", "mixed", "bs1", "label_shift_bs1", "blind_spot", "noise_prefix", "epochs")
 BLIND_SPOT = "blind_spot"
 MIXED = "mixed"
+CONTINUAL, GRADUAL, CCC = "continual", "gradual", "ccc"
+# the protocols that stream a whole sequence of domains in one run: their runs' corruption is their name
+SEQUENCES = (MIXED, CONTINUAL, GRADUAL, CCC)
+PROTOCOLS = (
+    "mild", "label_shift", MIXED, "bs1", "label_shift_bs1", BLIND_SPOT, "noise_prefix", "epochs",
+    CONTINUAL, GRADUAL, CCC,
+)  # fmt: skip
+CCC_TARGET = 50.0  # the source accuracy (%) a CCC stream holds unless a run names another
 FROZEN_BATCH = 64  # the smallest batch the frozen scoring uses: no gradients, so bigger is just faster
 
 Domain = tuple[np.ndarray, np.ndarray]  # uint8 (N, H, W, 3) images and their (N,) labels
 Load = Callable[[str], Domain]
+LoadAt = Callable[[str, int], Domain]  # one domain at a severity: the gradual stream moves through them
+Corrupt = Callable[[np.ndarray, str, int, int], np.ndarray]  # images, corruption, severity, first index
 Predict = Callable[[torch.Tensor], torch.Tensor]
 FindMistakes = Callable[[Domain], np.ndarray]  # a domain to the bool mask of what the source model gets wrong
 
@@ -36,9 +45,10 @@ class StreamSpec(Protocol):
 
     ``corruption`` names the domain ``load`` is asked for (``"mixed"`` for the mixed protocol, which asks
     for each of its domains instead); ``limit`` keeps a seeded subsample of each domain; ``stream_length``
-    sets T for label shift (default: the domain's size) and the blind spot's length (default: one pass
-    over the mistakes); ``noise`` is the noise-prefix length and ``epochs`` the passes of the epochs
-    protocol.
+    sets T for label shift (default: the domain's size), the blind spot's length (default: one pass
+    over the mistakes) and the length of the gradual and CCC streams (default 100,000); ``noise`` is the
+    noise-prefix length, ``epochs`` the passes of the epochs protocol and ``target`` the source accuracy
+    (%) a CCC stream holds.
     """
 
     @property
@@ -59,6 +69,21 @@ class StreamSpec(Protocol):
     def noise(self) -> int: ...
     @property
     def epochs(self) -> int: ...
+    @property
+    def target(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class CCCSource:
+    """What a CCC stream is made of, given by the caller (the protocols know no corruption nor model):
+    the clean images, the corruption engine (``corrupt(images, name, severity, first)`` corrupts uint8
+    images, the first being the stream's image number ``first``, so each image draws its own noise) and
+    the walk from one corruption to another that holds the source model near the run's target
+    (``streams.best_walk`` over the model's calibrated accuracies)."""
+
+    clean: Domain
+    corrupt: Corrupt
+    walk: Callable[[str, str], Sequence[tuple[int, int]]]
 
 
 @dataclass
@@ -104,6 +129,8 @@ def build_stream(
     predict: Predict | None = None,
     mistakes: FindMistakes | None = None,
     device: torch.device | str = "cpu",
+    load_at: LoadAt | None = None,
+    ccc: CCCSource | None = None,
 ) -> Stream:
     """The stream of ``spec.protocol`` (``docs/benchmark.md``, "Protocols") over the images ``load`` gives.
 
@@ -112,13 +139,30 @@ def build_stream(
     model gets wrong, so it needs that model's ``predict`` (float images in [0, 1] to logits, run on
     ``device``); a caller that keeps those mistakes between runs passes ``mistakes(domain)`` instead,
     which returns them (``source_mistakes``'s mask). No other protocol needs either.
+
+    The continual protocols stream ``mixed_domains`` too, in the order given: ``continual`` each whole
+    at ``spec``'s severity; ``gradual`` each through severities 1 → 5 → 1, read with ``load_at(name,
+    severity)``; ``ccc`` walks between them (those ``streams.ccc_corruptions`` keeps for the target),
+    made from ``ccc``'s clean images as the stream goes (``CCCSource``).
     """
+    if spec.protocol in SEQUENCES and not mixed_domains:
+        raise ValueError(f"the {spec.protocol} protocol streams several domains: pass mixed_domains")
     if spec.protocol == MIXED:
-        if not mixed_domains:
-            raise ValueError("the mixed protocol shuffles several domains together: pass mixed_domains")
         domains = [_domain(spec, load, name) for name in mixed_domains]
         rows = streams.mixed([len(labels) for _, labels in domains], spec.seed)
         return Stream(domains, list(mixed_domains), rows, np.ones(len(rows), bool), spec.batch_size)
+    if spec.protocol == CONTINUAL:
+        domains = [_domain(spec, load, name) for name in mixed_domains]
+        rows = streams.continual([len(labels) for _, labels in domains], spec.seed)
+        return Stream(domains, list(mixed_domains), rows, np.ones(len(rows), bool), spec.batch_size)
+    if spec.protocol == GRADUAL:
+        if load_at is None:
+            raise ValueError("the gradual stream reads each corruption at every severity: pass load_at")
+        return _gradual_stream(spec, mixed_domains, load_at)
+    if spec.protocol == CCC:
+        if ccc is None:
+            raise ValueError("a CCC stream is made from clean images as it goes: pass ccc (a CCCSource)")
+        return _ccc_stream(spec, mixed_domains, ccc)
     domain = _domain(spec, load, spec.corruption)
     labels = domain[1]
     batch_size = 1 if spec.protocol.endswith("bs1") else spec.batch_size
@@ -142,6 +186,52 @@ def build_stream(
         return Stream([domain], [spec.corruption], _single(order), evaluated, batch_size)
     rows = _shuffled(domain, spec.seed)
     return Stream([domain], [spec.corruption], rows, np.ones(len(rows), bool), batch_size)
+
+
+def _gradual_stream(spec: StreamSpec, names: Sequence[str], load_at: LoadAt) -> Stream:
+    """Each corruption in turn through severities 1 → 5 → 1 (``streams.gradual``), never reset. A
+    corruption's legs are gathered into one domain of its own (a few thousand images), so the run's
+    accuracy is told per corruption as the continual stream's is."""
+    leg = streams.gradual_leg(spec.stream_length or streams.GRADUAL_LENGTH, len(names))
+    domains = []
+    for number, name in enumerate(names):
+        sets = {severity: load_at(name, severity) for severity in sorted(set(streams.GRADUAL_SEVERITIES))}
+        picks = streams.gradual(len(sets[1][1]), leg, spec.seed, number)
+        parts = [(sets[s][0][i], sets[s][1][i]) for s, i in _legs(picks)]
+        domains.append((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
+    rows = np.concatenate([_single(np.arange(len(labels))) + [d, 0] for d, (_, labels) in enumerate(domains)])
+    return Stream(domains, list(names), rows, np.ones(len(rows), bool), spec.batch_size)
+
+
+def _legs(picks: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``(severity, image indices)`` of each run of equal severities in ``(severity, index)`` rows."""
+    bounds = np.flatnonzero(np.diff(picks[:, 0])) + 1
+    return [(int(block[0, 0]), block[:, 1]) for block in np.split(picks, bounds)]
+
+
+def _ccc_stream(spec: StreamSpec, names: Sequence[str], source: CCCSource) -> Stream:
+    """A CCC stream (``streams.ccc``) made into images: each point of a walk corrupts its clean images
+    with the first corruption at ``s1``, then the second at ``s2`` (0: not applied), as CCC does."""
+    kept = streams.ccc_corruptions(spec.target, names)
+    images, labels = subsample(*source.clean, spec.limit, spec.seed)
+    rows = streams.ccc(
+        len(labels),
+        lambda a, b: source.walk(kept[a], kept[b]),
+        len(kept),
+        spec.seed,
+        spec.stream_length or streams.CCC_LENGTH,
+    )
+    made = np.empty((len(rows), *images.shape[1:]), dtype=np.uint8)
+    bounds = np.flatnonzero(np.any(np.diff(rows[:, :4], axis=0) != 0, axis=1)) + 1
+    for start, end in itertools.pairwise([0, *bounds.tolist(), len(rows)]):
+        first, s1, second, s2 = (int(v) for v in rows[start, :4])
+        x = np.ascontiguousarray(images[rows[start:end, 4]])
+        for name, severity in ((kept[first], s1), (kept[second], s2)):
+            if severity:
+                x = source.corrupt(x, name, severity, start)
+        made[start:end] = x
+    domain = (made, np.asarray(labels)[rows[:, 4]])
+    return Stream([domain], [CCC], _single(np.arange(len(rows))), np.ones(len(rows), bool), spec.batch_size)
 
 
 def pure_noise(count: int, shape: tuple[int, ...], seed: int) -> np.ndarray:

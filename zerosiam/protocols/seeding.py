@@ -27,6 +27,10 @@ Two constraints decide the values:
 | ``BLIND_SPOT_DRAWS`` | ``[seed, 4]`` | the blind-spot stream's sample of the source model's mistakes |
 | ``MIXED_ORDER`` | ``[seed, 5]`` | the shuffle of the mixed protocol's domains |
 | ``CLEAN_SUBSET`` | ``[seed, 7]`` | the clean in-distribution images some methods get (EATA's Fisher) |
+| ``CONTINUAL_ORDER`` | ``[seed, 8, d]`` | the order of domain ``d`` of the continual stream |
+| ``GRADUAL_DRAWS`` | ``[seed, 9, c, s]`` | gradual: corruption ``c``'s images at severity ``s`` |
+| ``CCC_DRAWS`` | ``[seed, 10]``, ``[seed, 10, 1]`` | CCC's chain of pairs; its images at each point |
+| ``CCC_CALIBRATION`` | ``[0, 11]`` | the clean images every CCC walk is calibrated on |
 """
 
 from __future__ import annotations
@@ -38,8 +42,12 @@ EPOCH_ORDER = 2
 NOISE_IMAGES = 3
 BLIND_SPOT_DRAWS = 4
 MIXED_ORDER = 5
-# 6 was the Dirichlet stream's (removed); a new purpose takes the next free number, 8
+# 6 was the Dirichlet stream's (removed); a new purpose takes the next free number, 12
 CLEAN_SUBSET = 7
+CONTINUAL_ORDER = 8
+GRADUAL_DRAWS = 9
+CCC_DRAWS = 10
+CCC_CALIBRATION = 11
 PURPOSES = {
     "LABEL_SHIFT_DRAWS": LABEL_SHIFT_DRAWS,
     "EPOCH_ORDER": EPOCH_ORDER,
@@ -47,6 +55,10 @@ PURPOSES = {
     "BLIND_SPOT_DRAWS": BLIND_SPOT_DRAWS,
     "MIXED_ORDER": MIXED_ORDER,
     "CLEAN_SUBSET": CLEAN_SUBSET,
+    "CONTINUAL_ORDER": CONTINUAL_ORDER,
+    "GRADUAL_DRAWS": GRADUAL_DRAWS,
+    "CCC_DRAWS": CCC_DRAWS,
+    "CCC_CALIBRATION": CCC_CALIBRATION,
 }
 
 

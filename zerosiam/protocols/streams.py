@@ -9,6 +9,7 @@ their properties without a model. Nothing here touches images. Every draw takes 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -205,3 +206,169 @@ def epochs(indices: ArrayLike | Callable[[int], ArrayLike], k: int) -> tuple[np.
         raise ValueError("each pass must be a 1-D index array")
     bounds = np.concatenate([[0], np.cumsum([len(r) for r in rounds])]).astype(np.int64)
     return np.concatenate(rounds), bounds
+
+
+# ---------------------------------------------------------------------------------------------- continual
+def continual(domain_sizes: Sequence[int], seed: int) -> np.ndarray:
+    """CoTTA's continual stream: the domains one after another in the order given (the model is never
+    reset between them), each whole and shuffled in an order of its own.
+
+    The order within a domain is seeded by ``(seed, CONTINUAL_ORDER, domain)``: a set stored class by
+    class (the CIFAR-10 JPEGs are) would otherwise arrive as a class-ordered stream, which is the label
+    shift protocol, not this one. Returns ``(M, 2)`` rows of ``(domain, index within domain)``.
+    """
+    sizes = [_count(s, "each domain size") for s in domain_sizes]
+    if not sizes:
+        raise ValueError("continual needs at least one domain")
+    parts = [
+        np.stack([np.full(size, d, dtype=np.int64), _order(seed, seeding.CONTINUAL_ORDER, d, size)], axis=1)
+        for d, size in enumerate(sizes)
+    ]
+    return np.concatenate(parts)
+
+
+def _order(seed: int, purpose: int, index: int, size: int) -> np.ndarray:
+    return seeding.rng(seed, purpose, index).permutation(size).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- gradual
+GRADUAL_SEVERITIES = (1, 2, 3, 4, 5, 4, 3, 2, 1)  # each corruption's legs (mariodoebler's ``gradual``)
+GRADUAL_LENGTH = 100_000  # the stream's default length: 740 images a leg over 15 corruptions
+
+
+def gradual_leg(length: int, corruptions: int) -> int:
+    """Images per leg: ``length`` spread over ``corruptions × 9`` legs (at least one each)."""
+    legs = _count(corruptions, "corruptions", 1) * len(GRADUAL_SEVERITIES)
+    return max(1, _count(length, "length", 1) // legs)
+
+
+def gradual(domain_size: int, leg: int, seed: int, corruption: int) -> np.ndarray:
+    """One corruption's part of the gradual stream: ``leg`` images at each severity of
+    ``GRADUAL_SEVERITIES`` in turn (1 → 5 → 1), as ``(K, 2)`` rows of ``(severity, index)``.
+
+    The two legs at one severity draw different images of the severity's set (without replacement,
+    seeded by ``(seed, GRADUAL_DRAWS, corruption, severity)``), so no image is seen twice by one run
+    unless a leg needs more than half the set.
+    """
+    size, per = _count(domain_size, "domain_size", 1), _count(leg, "leg", 1)
+    drawn: dict[int, np.ndarray] = {}
+    used: dict[int, int] = defaultdict(int)
+    rows = []
+    for severity in GRADUAL_SEVERITIES:
+        if severity not in drawn:
+            visits = GRADUAL_SEVERITIES.count(severity)
+            rng = seeding.rng(seed, seeding.GRADUAL_DRAWS, corruption, severity)
+            drawn[severity] = np.concatenate([rng.permutation(size) for _ in range(-(-visits * per // size))])
+        start = used[severity]
+        used[severity] += per
+        index = drawn[severity][start : start + per].astype(np.int64)
+        rows.append(np.stack([np.full(per, severity, dtype=np.int64), index], axis=1))
+    return np.concatenate(rows)
+
+
+# ---------------------------------------------------------------------------------------------- CCC
+CCC_LENGTH = 100_000  # images of a CCC stream by default (CCC itself streams 7.5 million)
+CCC_SPEED = 1_000  # images at each point of a walk: CCC's fastest transition speed
+CCC_SEVERITIES = 6  # 0 (not applied) to 5: the severities a walk moves through
+CCC_HARDEST = ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")  # below 20 %: these only
+
+
+def ccc_corruptions(target: float, names: Sequence[str]) -> list[str]:
+    """The corruptions CCC walks between at a ``target`` source accuracy (%): those that can bring a model
+    down near it. CCC's rule, by its thresholds: at 40 or more all but brightness; from 20, also without
+    JPEG; below, the three noises and contrast (the others cannot reach so low)."""
+    if target >= 40:
+        dropped = {"brightness"}
+    elif target >= 20:
+        dropped = {"brightness", "jpeg_compression"}
+    else:
+        return [
+            name for name in names if name in ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")
+        ]
+    return [name for name in names if name not in dropped]
+
+
+def best_walk(accuracy: np.ndarray, target: float) -> list[tuple[int, int]]:
+    """CCC's walk from one corruption to the next over a calibrated grid ``accuracy[s1, s2]`` (the source
+    model's accuracy, %, with the first corruption at severity ``s1`` and the second at ``s2``, 0 = not
+    applied): from ``(s1, 0)`` with ``s1 ≥ 1``, each point lowers ``s1`` or raises ``s2`` by one, until
+    ``s1`` is 0. Of all such walks, the one whose mean accuracy is nearest ``target`` (CCC searches them
+    greedily; here every walk is tried, there are a few hundred); the shorter one on a tie.
+    """
+    grid = np.asarray(accuracy, dtype=float)
+    if grid.ndim != 2 or grid.shape[0] < 2 or grid.shape[0] != grid.shape[1]:
+        raise ValueError(f"accuracy must be a square grid of severities 0..n, got shape {grid.shape}")
+    best: tuple[float, int, list[tuple[int, int]]] | None = None
+    for walk in _walks(grid.shape[0] - 1):
+        gap = abs(float(np.mean([grid[point] for point in walk])) - target)
+        if best is None or (gap, len(walk)) < best[:2]:
+            best = (gap, len(walk), walk)
+    assert best is not None
+    return best[2]
+
+
+def _walks(top: int) -> list[list[tuple[int, int]]]:
+    """Every walk from ``(s1, 0)``, ``1 ≤ s1 ≤ top``, to ``s1 = 0`` by steps that lower ``s1`` or raise
+    ``s2`` (``s2 ≤ top``), in a fixed order."""
+    found: list[list[tuple[int, int]]] = []
+
+    def extend(walk: list[tuple[int, int]]) -> None:
+        s1, s2 = walk[-1]
+        if s1 == 0:
+            found.append(walk)
+            return
+        extend([*walk, (s1 - 1, s2)])
+        if s2 < top:
+            extend([*walk, (s1, s2 + 1)])
+
+    for start in range(1, top + 1):
+        extend([(start, 0)])
+    return found
+
+
+def ccc_pairs(corruptions: int, count: int, seed: int) -> list[tuple[int, int]]:
+    """The corruptions of ``count`` successive walks, as CCC chains them: a random pair first, then each
+    walk starts from where the last one ended and goes to another corruption drawn at random."""
+    n = _count(corruptions, "corruptions", 2)
+    rng = seeding.rng(seed, seeding.CCC_DRAWS)
+    first = int(rng.integers(n))
+    pairs = []
+    for _ in range(_count(count, "count")):
+        second = int(rng.integers(n - 1))
+        second += second >= first  # any corruption but the one the walk starts from
+        pairs.append((first, second))
+        first = second
+    return pairs
+
+
+def ccc(
+    clean_size: int,
+    walk: Callable[[int, int], Sequence[tuple[int, int]]],
+    corruptions: int,
+    seed: int,
+    length: int = CCC_LENGTH,
+    speed: int = CCC_SPEED,
+) -> np.ndarray:
+    """A CCC stream of ``length`` images: walks between pairs of corruptions (``ccc_pairs``), ``speed``
+    images at each point of a walk, ``walk(first, second)`` giving the points ``(s1, s2)`` (calibrated by
+    the caller: ``best_walk``). Each point draws its images from the ``clean_size`` clean ones, without
+    replacement within the point (CCC shuffles its source set for each). Returns ``(length, 5)`` rows of
+    ``(first corruption, s1, second corruption, s2, clean index)``.
+    """
+    total, per = _count(length, "length", 1), _count(speed, "speed", 1)
+    size = _count(clean_size, "clean_size", 1)
+    rng = seeding.rng(seed, seeding.CCC_DRAWS, 1)
+    rows: list[np.ndarray] = []
+    made = 0
+    pairs = iter(ccc_pairs(corruptions, total // per + 1, seed))  # a walk has at least one point
+    while made < total:
+        first, second = next(pairs)
+        for s1, s2 in walk(first, second):
+            count = min(per, total - made)
+            index = np.concatenate([rng.permutation(size) for _ in range(-(-count // size))])[:count]
+            point = np.array([first, s1, second, s2], dtype=np.int64)
+            rows.append(np.column_stack([np.tile(point, (count, 1)), index.astype(np.int64)]))
+            made += count
+            if made == total:
+                break
+    return np.concatenate(rows)

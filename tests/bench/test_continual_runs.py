@@ -1,0 +1,95 @@
+"""The continual protocols as runs: their specs, grids, tables, and CCC's calibration on a real model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import needs_assets
+from zerosiam import corruptions
+from zerosiam.bench import runner
+from zerosiam.bench.ccc import Calibration, ccc_source
+from zerosiam.bench.execution import splits_of
+from zerosiam.bench.grid import Grid
+from zerosiam.bench.report import build_tables
+from zerosiam.bench.runner import RunSpec, run
+from zerosiam.bench.spec import without_later_defaults
+from zerosiam.protocols import streams
+
+
+def _spec(**changes) -> RunSpec:
+    values = dict(
+        model="resnet26_gn", dataset="cifar10c", corruption="continual", severity=5, protocol="continual",
+        method="tent",
+    )  # fmt: skip
+    return RunSpec(**{**values, **changes})
+
+
+def test_a_continual_protocol_runs_under_its_own_name_and_only_ccc_takes_a_target() -> None:
+    with pytest.raises(ValueError, match="their own name"):
+        _spec(corruption="fog")
+    with pytest.raises(ValueError, match="their own name"):
+        _spec(protocol="mild", corruption="ccc")
+    with pytest.raises(ValueError, match="only the ccc protocol takes a target"):
+        _spec(target=15)
+    with pytest.raises(ValueError, match="between 0 and 100"):
+        _spec(protocol="ccc", corruption="ccc", target=0)
+    ccc = _spec(protocol="ccc", corruption="ccc", target=15)
+    assert ccc.run_id == _spec(protocol="ccc", corruption="ccc", target=15.0).run_id
+    assert ccc.run_id != _spec(protocol="ccc", corruption="ccc").run_id
+    assert "target" not in without_later_defaults(_spec().as_dict())  # older runs keep their ids
+
+
+def test_a_grid_gives_each_continual_protocol_one_run_and_ccc_one_per_target() -> None:
+    protocols = ["continual", "gradual", "ccc", "mild"]
+    grid = Grid(
+        models=["resnet26_gn"], methods=["noadapt", "tent"], protocols=protocols, corruptions=["fog"],
+        stream={"target": [50, 15]},
+    )  # fmt: skip
+    specs = grid.specs()
+    by = {(s.protocol, s.method, s.target) for s in specs}
+    assert {s.corruption for s in specs if s.protocol != "mild"} == {"continual", "gradual", "ccc"}
+    assert ("ccc", "tent", 15.0) in by and ("ccc", "tent", 50.0) in by
+    assert len([s for s in specs if s.protocol in ("continual", "gradual", "mild")]) == 6  # no target
+
+
+def test_each_protocol_prepares_the_splits_it_reads() -> None:
+    assert splits_of(_spec()) == {("cifar10c", name, 5) for name in corruptions.BENCHMARK}
+    assert len(splits_of(_spec(protocol="gradual", corruption="gradual"))) == 15 * 5
+    assert splits_of(_spec(protocol="ccc", corruption="ccc")) == {("cifar10c", "clean", 1)}
+
+
+def test_continual_and_gradual_runs_tell_their_accuracy_per_corruption(fake_domains, tiny_model) -> None:
+    continual = run(_spec(model="resnet20", method="noadapt"))
+    assert continual.metrics["samples"] == 15 * 50
+    assert sorted(continual.metrics["per_domain"]) == sorted(corruptions.BENCHMARK)
+    gradual = run(_spec(model="resnet20", protocol="gradual", corruption="gradual", stream_length=15 * 9 * 4))
+    assert gradual.metrics["samples"] == 15 * 9 * 4 and gradual.metrics["updates"] > 0
+    rows = [
+        {"run_id": str(n), "spec": r.spec.as_dict(), "metrics": r.metrics, "env": r.env}
+        for n, r in enumerate([continual, gradual])
+    ]
+    tables = build_tables(rows)
+    assert {table.protocol for table in tables} == {"continual", "gradual"}
+    assert all("overall" in table.columns and "fog" in table.columns for table in tables)
+
+
+@pytest.mark.slow
+@needs_assets()
+def test_a_ccc_stream_holds_the_source_model_near_its_calibrated_accuracy() -> None:
+    """The realised accuracy of the unadapted ResNet-26 on a CCC stream is what its calibration
+    promised (the walks' grids read at each image's point), and near the target."""
+    spec = _spec(protocol="ccc", corruption="ccc", method="noadapt", stream_length=3_000, target=50)
+    torch.manual_seed(0)
+    result = run(spec)
+    model = runner.zerosiam.load_model(spec.model)
+    predict = lambda x: model(x)  # noqa: E731
+    calibration = Calibration(spec, model, predict, torch.device("cpu"))  # the grids the run kept
+    kept = streams.ccc_corruptions(spec.target, corruptions.BENCHMARK)
+    clean = len(ccc_source(spec, model, predict, torch.device("cpu")).clean[1])
+    rows = streams.ccc(clean, lambda a, b: calibration.walk(kept[a], kept[b]), len(kept), 0, 3_000)
+    promised = np.mean([calibration.grid(kept[a], kept[b])[s1, s2] for a, s1, b, s2, _ in rows])
+    realised = 100 * result.metrics["accuracy"]
+    assert abs(realised - promised) < 6, (realised, promised)
+    assert abs(realised - spec.target) < 12, realised
