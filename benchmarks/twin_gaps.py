@@ -12,34 +12,27 @@ many differ by 0.1 point or more and by 1 point or more, and the largest gap.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from zerosiam.bench.batches import STACKED_PROTOCOLS
-from zerosiam.bench.guard_goals import device_of
-from zerosiam.bench.spec import NO_GUARD, without_later_defaults
+from zerosiam.bench.guard_goals import cell_key, device_of
+from zerosiam.bench.spec import NO_GUARD
 from zerosiam.bench.textstore import open_store
 
 RANDOM_DRAWS = ("deyo", "come")  # the methods that draw patch orders
 
 
-def twin_key(spec: Mapping[str, Any]) -> str:
-    """A run's spec without its guard: what its unguarded twin shares with it."""
-    kept = {k: v for k, v in without_later_defaults(spec).items() if k != "guard"}
-    return json.dumps(kept, sort_keys=True, default=str)
-
-
 def gaps(rows: list[Mapping[str, Any]]) -> dict[tuple[str, bool, bool], list[float]]:
     """The gaps in points, by (protocol kind, same device, a method with random draws)."""
-    unguarded = {twin_key(r["spec"]): r for r in rows if r["spec"].get("guard", NO_GUARD) == NO_GUARD}
+    unguarded = {cell_key(r["spec"]): r for r in rows if r["spec"].get("guard", NO_GUARD) == NO_GUARD}
     found: dict[tuple[str, bool, bool], list[float]] = defaultdict(list)
     for row in rows:
         spec, metrics = row["spec"], row["metrics"]
         if spec.get("guard", NO_GUARD) == NO_GUARD or metrics.get("guard_triggers"):
             continue
-        twin = unguarded.get(twin_key(spec))
+        twin = unguarded.get(cell_key(spec))
         if twin is None:
             continue
         kind = "batch 1" if spec["protocol"] in STACKED_PROTOCOLS else "batch 64"

@@ -95,6 +95,11 @@ def stream_key(spec: Mapping[str, Any]) -> str:
     return _key(spec, NOT_THE_STREAM)
 
 
+def cell_key(spec: Mapping[str, Any]) -> str:
+    """A guard cell: the run less its guard, shared by a guarded run and its unguarded twin."""
+    return _key(spec, {"guard"})
+
+
 def _key(spec: Mapping[str, Any], drop: Iterable[str]) -> str:
     """``spec`` less the fields in ``drop``, as text; a field younger than the stores counts as absent at
     its default, as in the runs stored before it existed (the study's first label-shift runs have no
@@ -211,7 +216,7 @@ def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
         if spec["method"] == BASELINE:
             baseline[stream_key(spec)] = 100 * row["metrics"]["accuracy"]
             continue
-        cell = _key(spec, {"guard"})
+        cell = cell_key(spec)
         runs[spec.get("guard", NO_GUARD)][cell], specs[cell] = row, spec
     devices: dict[str, set[str]] = defaultdict(set)
     for by_cell in runs.values():
@@ -234,13 +239,13 @@ def _with_stand_ins(
     guarded = ({row["spec"].get("guard", NO_GUARD) for row in rows} | worn) - {NO_GUARD}
     if not guarded:
         return rows, set()
-    ran = {(row["spec"].get("guard", NO_GUARD), _key(row["spec"], {"guard"})) for row in rows}
+    ran = {(row["spec"].get("guard", NO_GUARD), cell_key(row["spec"])) for row in rows}
     stand_ins: dict[tuple[str, str], Mapping[str, Any]] = {}  # (guard, cell) → the unguarded row, worn
     for row in rows:
         spec = row["spec"]
         if spec.get("guard", NO_GUARD) != NO_GUARD or spec["method"] == BASELINE:
             continue
-        cell = _key(spec, {"guard"})
+        cell = cell_key(spec)
         for guard in STOOD_IN:
             if (guard, cell) not in ran and never_acts(guard, row["metrics"]):
                 stand_ins[guard, cell] = _as_worn(row, guard)
