@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from tests.conftest import needs_assets
 from zerosiam import corruptions
-from zerosiam.bench import runner
+from zerosiam.bench import plots, runner
 from zerosiam.bench.ccc import Calibration, ccc_source
 from zerosiam.bench.execution import splits_of
 from zerosiam.bench.grid import Grid
 from zerosiam.bench.report import build_tables
 from zerosiam.bench.runner import RunSpec, run
 from zerosiam.bench.spec import without_later_defaults
+from zerosiam.cli.report import write_streams
 from zerosiam.protocols import streams
 
 
@@ -93,3 +96,30 @@ def test_a_ccc_stream_holds_the_source_model_near_its_calibrated_accuracy() -> N
     realised = 100 * result.metrics["accuracy"]
     assert abs(realised - promised) < 6, (realised, promised)
     assert abs(realised - spec.target) < 12, realised
+
+
+def test_a_windowed_mean_tells_the_accuracy_there_not_since_the_start() -> None:
+    values = [1.0] * 10 + [0.0] * 10
+    window = plots.windowed_mean(values, 4)
+    assert window[3] == 1.0 and window[-1] == 0.0 and window[11] == 0.5
+    assert plots.windowed_mean([math.nan, 1.0, 0.0], 2)[-1] == 0.5  # a batch with nothing scored is skipped
+
+
+def test_the_stream_figure_has_a_panel_per_stream_and_target(tmp_path) -> None:
+    def row(protocol: str, target: float = 50.0, guard: str = "none") -> dict:
+        spec = _spec(protocol=protocol, corruption=protocol, target=target if protocol == "ccc" else 50.0)
+        curves = {"accuracy": list(np.linspace(0.9, 0.2, 50)), "guard": [0.0] * 49 + [1.0]}
+        metrics = {"accuracy": 0.5, "per_domain": {name: 0.5 for name in corruptions.BENCHMARK}}
+        return {"run_id": protocol + guard, "spec": {**spec.as_dict(), "guard": guard}, "metrics": metrics,
+                "curves": curves}  # fmt: skip
+
+    rows = [row("continual"), row("gradual"), row("ccc", 20), row("ccc", 20, "auto"), row("ccc", 50)]
+    written = write_streams(rows, tmp_path)
+    assert written == [tmp_path / "streams.png"] and written[0].stat().st_size > 10_000
+    assert {plots.stream_panel(r["spec"]) for r in rows} == {
+        "continual", "gradual", "CCC, target 20 %", "CCC, target 50 %"
+    }  # fmt: skip
+    assert (
+        write_streams([{**rows[0], "spec": _spec(protocol="mild", corruption="fog").as_dict()}], tmp_path)
+        == []
+    )

@@ -4,6 +4,8 @@
   running mean, mean logit norm, centre dominance, ``‖θ_h − I‖_F``, the entropy and the divergence terms),
   one line per run, a triangle on the accuracy line wherever a guard put the run back;
 * :func:`plot_lr_heatmap`: accuracy of a learning-rate sweep on a grid (rows ``η_f``, columns ``η_h``);
+* :func:`plot_streams`: accuracy along the long continual streams (continual, gradual, CCC), a window's
+  mean at each point, one panel per stream, the stream's domains marked, a triangle where a guard acted;
 * :func:`plot_summary`: the scenario × model grid of ZeroSiam − NoAdapt with ZeroSiam's rank in each cell,
   its one-seed cells, its cells past the colour scale and its cells with methods missing marked.
 
@@ -135,6 +137,84 @@ def _mark_triggers(
     at = np.flatnonzero(np.nan_to_num(fired[: len(values)]) > 0)
     if at.size:
         ax.plot(steps[at], values[at], linestyle="none", marker="v", markersize=7, color=colour)
+
+
+STREAM_PANELS = ("continual", "gradual", "ccc")
+STREAM_WINDOW = 2_000  # images each point of a stream figure averages over
+
+
+def windowed_mean(values: Sequence[float], window: int) -> np.ndarray:
+    """The mean of the last ``window`` finite values at each point (fewer at the start): how accurate a
+    run is *there*, where a running mean from the start would hide a late fall."""
+    array = np.asarray(values, dtype=float)
+    finite = np.isfinite(array)
+    totals = np.concatenate([[0.0], np.cumsum(np.where(finite, array, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(finite)])
+    ends = np.arange(1, len(array) + 1)
+    starts = np.maximum(ends - window, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (totals[ends] - totals[starts]) / (counts[ends] - counts[starts])
+
+
+def stream_panel(spec: Mapping[str, Any]) -> str | None:
+    """The panel of a stream figure a run belongs to (``None`` for a run of another protocol)."""
+    protocol = spec.get("protocol")
+    if protocol not in STREAM_PANELS:
+        return None
+    return f"CCC, target {spec.get('target', 50.0):g} %" if protocol == "ccc" else str(protocol)
+
+
+def plot_streams(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str | None = None) -> Path:
+    """Write the accuracy along each continual stream of ``rows`` (a panel per protocol, and per target for
+    CCC; a line per run, a window of ``STREAM_WINDOW`` images per point) to ``path``. A panel of a stream
+    over the 15 corruptions marks where each one starts."""
+    panels: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        panel = stream_panel(row["spec"])
+        if panel is not None and _curve(row, "accuracy") is not None:
+            panels[panel].append(row)
+    if not panels:
+        raise ValueError("plot_streams needs runs of the continual, gradual or ccc protocol with curves")
+    names = sorted(panels, key=lambda name: (STREAM_PANELS.index(name.split(",")[0].lower()), name))
+    figure = Figure(figsize=(14, 3.2 * len(names)), layout="constrained")
+    axes = figure.subplots(len(names), 1, squeeze=False).ravel()
+    for ax, name in zip(axes, names, strict=True):
+        members = sorted(
+            panels[name], key=lambda row: (row["spec"]["model"], method_rank(row["spec"]["method"]))
+        )
+        for index, row in enumerate(members):
+            _draw_stream(ax, row, f"C{index % 10}")
+        ax.set_title(name)
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower left", fontsize="small", ncols=3, frameon=False)
+    axes[-1].set_xlabel("images seen")
+    if title:
+        figure.suptitle(title)
+    return _save(figure, path)
+
+
+def _model_then_method(row: Mapping[str, Any]) -> tuple[str, int]:
+    return row["spec"]["model"], method_rank(row["spec"]["method"])
+
+
+def _draw_stream(ax: Any, row: Mapping[str, Any], colour: str) -> None:
+    """One run's line: the windowed accuracy at each batch's last image, its guard's actions, and (for a
+    stream of the 15 corruptions) a dotted line where each corruption starts."""
+    spec = row["spec"]
+    batch = spec.get("batch_size", 64)
+    values = np.asarray([math.nan if v is None else v for v in row["curves"]["accuracy"]], dtype=float)
+    points = 100 * windowed_mean(values, max(1, STREAM_WINDOW // batch))
+    seen = np.arange(1, len(points) + 1) * batch
+    guard = spec.get("guard", "none")
+    label = f"{spec['model']} {method_name(spec['method'])}" + ("" if guard == "none" else f" + {guard}")
+    ax.plot(seen, points, color=colour, linewidth=1.1, label=f"{label} ({_accuracy(row):.1f})")
+    _mark_triggers(ax, row, seen, points, colour)
+    per_domain = len((row.get("metrics") or {}).get("per_domain") or {})
+    if per_domain > 1:
+        for start in np.arange(1, per_domain) * seen[-1] / per_domain:
+            ax.axvline(start, color="grey", linewidth=0.5, linestyle=":")
 
 
 def _accuracy(row: Mapping[str, Any]) -> float | None:

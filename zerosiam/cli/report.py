@@ -374,6 +374,7 @@ def _write_outputs(
         written.append(out / name)
     if args.plot:
         written += write_diagnostics(rows, out, args.plot_corruption)
+        written += write_streams(rows, out)
     if args.heatmap:
         written += write_heatmaps(rows, out)
     return written
@@ -441,6 +442,14 @@ def _sweep_key(row: Mapping[str, Any]) -> tuple:
         spec["method"],
         json.dumps(others, sort_keys=True),
     )
+
+
+def write_streams(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
+    """``streams.png``: accuracy along the continual, gradual and CCC streams of ``rows`` (none: nothing)."""
+    from zerosiam.bench.plots import plot_streams, stream_panel
+
+    drawn = [row for row in rows if stream_panel(row["spec"]) and (row.get("curves") or {}).get("accuracy")]
+    return [plot_streams(drawn, out / "streams.png")] if drawn else []
 
 
 def write_heatmaps(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
