@@ -6,7 +6,9 @@
 #   GRIDS="batch1 my/part.yaml" bash benchmarks/study_gpu.sh 525 /tmp/study.db  # chosen grids
 #   SELECT=0 GRIDS=seeds_wild_vit bash benchmarks/study_gpu.sh 450 /tmp/study.db  # no rate selection first
 #   SELECT=0 GRIDS=" " VARIANT=every=4,rows=16 bash benchmarks/study_gpu.sh 470 /tmp/study.db  # a guard variant
+#   SELECT=0 SEVERITIES="1 2 3 4 5" GRIDS=guard_heldout bash benchmarks/study_gpu.sh 470 /tmp/study.db  # held out
 #
+# SEVERITIES (default 5) are the severities built first: the gradual stream reads all five.
 # The working store starts as a SQLite copy of the committed text store docs/results/study, so a fresh machine goes on
 # where the study stands. The script builds the 15 + 4 corruptions at severity 5 (one process each),
 # chooses every method's rates with `zerosiam select-lr` on the 4 extra corruptions (one command per
@@ -56,9 +58,9 @@ step() {  # step NAME 'COMMAND': run with what is left of the deadline (SIGTERM 
 stored() { [[ -f $db ]] && python -c "import sqlite3, sys
 print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$db"; }
 
-build() {  # build CORRUPTION: the cached severity-5 array (the clean set is "clean")
+build() {  # build CORRUPTION [SEVERITY]: the cached array at SEVERITY (default 5; the clean set is "clean")
   python -c "import sys; from zerosiam.corruptions.datasets import load_corrupted
-load_corrupted('cifar10c', sys.argv[1], 5, progress=False)" "$1"
+load_corrupted('cifar10c', sys.argv[1], int(sys.argv[2]), progress=False)" "$1" "${2:-5}"
 }
 
 select_rates() {  # select_rates MODEL METHODS WORKERS: the rates of METHODS on MODEL, on the extra corruptions
@@ -78,7 +80,7 @@ export -f build select_rates bench
 export db device workers LIMIT CHECKPOINT_EVERY
 step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
 names=$(python -c "from zerosiam import corruptions; print(*corruptions.BENCHMARK, *corruptions.EXTRA)")
-step data "for name in $names; do build \$name & done; wait"
+step data "for name in $names; do for severity in ${SEVERITIES:-5}; do build \$name \$severity & done; done; wait"
 
 if [[ -n ${VARIANT:-} ]]; then
   vdb=/tmp/variants.db
