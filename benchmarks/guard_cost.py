@@ -38,7 +38,7 @@ SINGLE_STEPS = 8  # batch-1 steps for each batch-64 step
 # (every gradient scaled), which is not a probe's cost: the "probing only" variants probe, judge and
 # keep snapshots as "after warm-up" does but never fire, with every image judged or one batch-1 step in
 # 8 (the same guard at batch 64). "every=4, rows=16" probes a batch-64 stream every 4 steps on 16 of its
-# images (``docs/guard.md``, Open): a quarter of the source forward four times as often; at batch 1 it is
+# images (``docs/guard_log.md``, Open): a quarter of the source forward four times as often; at batch 1 it is
 # "auto" (``every`` and ``rows`` are for full steps). "watch" is ``auto``'s ``Watch``, which a grid wearing
 # ``auto`` puts on its unguarded runs: ``auto``'s probe with its warm-up, no snapshots, acting on nothing.
 NEVER = {"min_agreement": 0.0, "max_narrowing": math.inf}

@@ -46,7 +46,7 @@ Until 2026-12-05 ``auto`` ran with ``relative`` and ``escalate`` off; its runs o
 ``docs/results/guard_variants`` as ``auto[relative=false,escalate=false]``, and the variants run then
 are named there with both settings, so that each name still says what ran. Where a variant of that time
 was judged on ``auto``'s runs (``escalate=true``'s cells where ``auto`` fired at most once), those runs
-are stored under its name too, so that every judged table of ``docs/guard.md`` is computed again by
+are stored under its name too, so that every judged table of ``docs/guard_log.md`` is computed again by
 ``--judge-only`` alone.
 """
 

@@ -118,13 +118,13 @@ class SourceProbe:
     are then scaled by ``shrink``, a decade down by default (a rate that collapsed the stream once would
     again; halving it left Tent at 10× the paper's rate 1.4 points below NoAdapt on the ResNet-26's
     class-ordered Gaussian noise, a tenth 0.7). With ``recover`` a slowed stream takes its full step back
-    once it has passed that many probes in a row (not the default: ``docs/guard.md``, Open). Every stream
+    once it has passed that many probes in a row (not the default: ``docs/guard_log.md``, Open). Every stream
     is judged, rolled back, slowed and given its step back alone.
 
     A probe judges at least ``probe_images`` images a stream. A step with that many rows or more (batch
     64) is judged on its own batch, on the schedule above, or with ``rows`` on that many of its images a
     stream, evenly spaced (a smaller source forward, so that probes may come more often at the same
-    cost; not the default, ``docs/guard.md``). Smaller steps (batch 1) lend their images to
+    cost; not the default, ``docs/guard_log.md``). Smaller steps (batch 1) lend their images to
     the probe, one step in ``sample``, beside the adapted model's calls on them as they were made; once
     ``probe_images`` are kept, they are predicted at the source weights in one forward, judged and
     dropped, so a call judged after a trigger was made after it. Judged on one image, a single
@@ -153,7 +153,7 @@ class SourceProbe:
     Over the 307 cells of the guard grid where ``auto`` is run, both on leave 32 cells more than a point
     below not adapting against 51 and keep 77 % of the gains against 57 %, firing on 0.22 of 100 mild
     batches against 0.45; they lose more on the ResNet-26 (11 of its 86 falls, gains and noise-prefix
-    cells against 8), where a lower bar catches a collapse later (``docs/guard.md``).
+    cells against 8), where a lower bar catches a collapse later (``docs/guard_log.md``).
     """
 
     def __init__(
