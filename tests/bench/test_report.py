@@ -634,3 +634,34 @@ def test_a_note_counts_each_lines_resets_and_guard_triggers():
     for run in runs:
         run["metrics"].pop("recoveries", None), run["metrics"].pop("guard_triggers", None)
     assert only_table(runs).notes == []  # nothing put back, nothing said
+
+
+def test_a_cell_below_noadapt_within_the_noise_is_not_marked():
+    from zerosiam.bench.noise import Noise
+
+    rows = [make_row("noadapt", "fog", 0.50), make_row("tent", "fog", 0.49), make_row("sar", "fog", 0.40)]
+    noise = Noise(sigma={("resnet20", "mild"): 2.0})  # a band of 2·2 = 4 points against a frozen NoAdapt
+    table = only_table(rows, noise=noise)
+    assert not table.cell("Tent", "fog").worse and table.cell("SAR", "fog").worse
+    assert any("1 cell(s) below NoAdapt by no more than the noise" in note for note in table.notes)
+    assert only_table(rows).cell("Tent", "fog").worse  # without the rule, any amount below
+
+
+def test_the_average_is_held_to_the_noise_of_a_mean_over_its_runs(rows):
+    from zerosiam.bench.noise import Noise
+
+    tent = dict(TENT, **{name: NOADAPT[name] - 0.01 for name in BENCHMARK})  # 1 point below everywhere
+    rows = full_line("tent", tent) + full_line("noadapt", NOADAPT)
+    table = only_table(rows, noise=Noise(sigma={("resnet20", "mild"): 1.0}))
+    assert not table.cell("Tent", "fog").worse  # one run: a band of 2 points
+    assert table.cell("Tent", "avg").worse  # a mean over 15: a band of 2/√15 ≈ 0.52 points
+
+
+def test_a_table_of_runs_from_two_devices_says_which_line_ran_where():
+    rows = [make_row("noadapt", "fog", 0.5), make_row("tent", "fog", 0.6), make_row("sar", "fog", 0.6)]
+    rows[1]["env"] = {"gpu": "NVIDIA H100"}
+    rows[2]["env"] = {"cpu_model": "AMD EPYC"}
+    notes = only_table(rows).notes
+    assert any(note.startswith("Runs from 3 devices") and "NVIDIA H100: Tent" in note for note in notes)
+    same = [make_row("noadapt", "fog", 0.5), make_row("tent", "fog", 0.6)]
+    assert not any("devices" in note for note in only_table(same).notes)

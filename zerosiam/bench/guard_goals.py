@@ -44,7 +44,7 @@ from typing import Any
 from zerosiam.bench.names import method_name
 from zerosiam.bench.noise import Noise
 from zerosiam.bench.spec import NO_GUARD, without_later_defaults
-from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, format_value
+from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, device_of, format_value
 from zerosiam.parts.guards import AUTO, RDUMB, RDUMB_EVERY, SAR, never_acts
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
@@ -115,13 +115,6 @@ def _label(spec: Mapping[str, Any]) -> str:
     method = method_name(spec["method"]) + (f" ({settings})" if settings else "")
     corruption = COLUMN_NAMES.get(spec["corruption"], spec["corruption"])
     return f"{spec['model']} {method}, {spec['protocol']}, {corruption}"
-
-
-def device_of(row: Mapping[str, Any]) -> str:
-    """What a run computed on, as far as its record says: the GPU's name, or the CPU's model (``cpu``
-    for runs stored before the model was recorded)."""
-    env = row.get("env") or {}
-    return str(env.get("gpu") or env.get("cpu_model") or "cpu")
 
 
 def loss_bar(spec: Mapping[str, Any], noise: Noise | None) -> float:

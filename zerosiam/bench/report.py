@@ -111,7 +111,10 @@ def to_markdown(tables: Sequence[Table], *, caption: bool = False) -> str:
         for method in table.methods:
             cells = [format_cell(table.cell(method, c), mark=f" {WORSE_MARK}") for c in table.columns]
             lines.append(_md_row([method] + cells))
-        lines += ["", f"{WORSE_MARK} = below NoAdapt in the same column; {MISSING} = no result."]
+        lines += [
+            "",
+            f"{WORSE_MARK} = below NoAdapt in the same column (beyond the noise); {MISSING} = no result.",
+        ]
         lines += [f"- {note}" for note in table.notes]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"

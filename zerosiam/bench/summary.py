@@ -37,6 +37,7 @@ TARGET = "zerosiam"
 # (a new one) goes after these, alphabetically.
 SCENARIOS: tuple[str, ...] = (
     "mild", "label_shift", "bs1", "label_shift_bs1", "mixed", "blind_spot", "noise_prefix", "epochs",
+    "continual", "gradual", "ccc",
 )  # fmt: skip
 # The rubric of docs/RESULTS.md: a lead counts when it is at least COUNTS_AT points and larger than the two
 # lines' seed standard deviations added, or at least COUNTS_AT_ONE_SEED points where one seed was run, and

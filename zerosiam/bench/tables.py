@@ -34,12 +34,15 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerosiam.bench.names import DATASET_NAMES, method_name, method_rank
 from zerosiam.bench.spec import LATER_FIELDS, without_later_defaults
 from zerosiam.corruptions import BENCHMARK, GROUPS
 from zerosiam.protocols.build import SEQUENCES
+
+if TYPE_CHECKING:  # noise.py reads rows through this module: only the type is needed here
+    from zerosiam.bench.noise import Noise
 
 BASELINE = "noadapt"
 MIXED = "mixed"
@@ -48,7 +51,7 @@ SHOWN_MEAN = "mean"  # a table of some corruptions: the mean of those it shows
 OVERALL = "overall"
 SEED_COLUMN = "Seed "  # a by-seed table's column of one seed: "Seed 0", "Seed 1", ...
 MISSING = "–"  # a cell with no result
-WORSE_MARK = "↓"  # a cell below NoAdapt's
+WORSE_MARK = "↓"  # a cell below NoAdapt's, beyond the noise rule's band
 # Metrics counting times a run was put back, and how a note names them.
 EVENTS: tuple[tuple[str, str], ...] = (("recoveries", "reset"), ("guard_triggers", "guard trigger"))
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e-?\d+)?)")
@@ -118,6 +121,13 @@ class Table:
         """A caption naming what is fixed in this table (plain ASCII, so that LaTeX needs no extra font)."""
         dataset = DATASET_NAMES.get(str(self.dataset), str(self.dataset))
         return f"{dataset}, {self.model}, protocol {self.protocol}, severity {self.severity}: accuracy (%)"
+
+
+def device_of(row: Mapping[str, Any]) -> str:
+    """What a run computed on, as far as its record says: the GPU's name, or the CPU's model (``cpu``
+    for runs stored before the model was recorded)."""
+    env = row.get("env") or {}
+    return str(env.get("gpu") or env.get("cpu_model") or "cpu")
 
 
 # ----------------------------------------------------------------------------------------- selecting rows
@@ -329,16 +339,18 @@ def _mark_worse(
     baseline_of: Mapping[str, str],
     per_label: Mapping[str, PerSeed],
     line_cells: Callable[[PerSeed, Sequence[str]], dict[str, Cell]],
+    band: Callable[[str, str, int], float] | None = None,
 ) -> None:
-    """Flag every non-baseline cell whose mean is strictly below its line's baseline in the same column,
+    """Flag every non-baseline cell whose mean is below its line's baseline in the same column by more
+    than ``band(line, column, seeds)`` (the noise rule's, ``zerosiam.bench.noise``; none: any amount),
     the two compared on the (seed, corruption) results they share: a seed redraws a label-shifted stream,
     so a line still missing seeds is held to NoAdapt on the streams it has met, not to NoAdapt's mean
     over streams it has not. A note says when a line was compared on fewer seeds than it shows or than
-    its baseline has."""
+    its baseline has, and how many cells below NoAdapt stay unmarked, within the noise."""
     if not baseline_of:
         table.notes.append("No NoAdapt line in this table, so no cell is marked.")
         return
-    narrowed = []
+    narrowed, within = [], 0
     for method in table.methods:
         baseline = baseline_of[method]
         if method == baseline:
@@ -350,12 +362,61 @@ def _mark_worse(
         noadapt = line_cells(_shared(reference, line), table.columns)
         for column in table.columns:
             cell, own, theirs = table.cells[method, column], ours[column].mean, noadapt[column].mean
-            if None not in (cell.mean, own, theirs) and own < theirs:
-                table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
+            if None in (cell.mean, own, theirs) or own >= theirs:
+                continue
+            if band is not None and theirs - own <= band(method, column, ours[column].seeds or 1):
+                within += 1
+                continue
+            table.cells[method, column] = Cell(cell.mean, cell.std, cell.seeds, worse=True)
+    if within:
+        table.notes.append(
+            f"{within} cell(s) below NoAdapt by no more than the noise rule's band are not marked "
+            "(docs/RESULTS.md, How a verdict is labelled)."
+        )
     if narrowed:
         table.notes.append(
             f"Lines with other seeds than their NoAdapt ({', '.join(narrowed)}) are marked against it "
             "on the seeds both have."
+        )
+
+
+def _band(
+    noise: Noise, table: Table, method_of: Mapping[str, str], label: str, column: str, seeds: int
+) -> float:
+    """The noise rule's band for a line's cell against NoAdapt's: a mean over ``seeds`` × the column's
+    corruptions runs (NoAdapt, frozen, has no noise of its own)."""
+    runs = seeds * len(_members(column, table.columns))
+    return noise.band(table.model, table.protocol, (method_of[label], BASELINE), (runs, runs))
+
+
+def _members(column: str, columns: Sequence[str]) -> Sequence[str]:
+    """The corruptions a column's mean is over: a group's, the 15 for the average, the shown ones for a
+    partial table's mean, else the column itself (a corruption, or a whole stream's ``overall``)."""
+    if column in GROUPS:
+        return GROUPS[column]
+    if column == AVERAGE:
+        return BENCHMARK
+    if column == SHOWN_MEAN:
+        return [c for c in columns if c in BENCHMARK]
+    if column.startswith(SEED_COLUMN):  # a by-seed table's seed: its mean over the corruptions
+        return BENCHMARK
+    return [column]
+
+
+def _devices_note(table: Table, rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> None:
+    """A note naming the devices when a table's runs computed on more than one: two executions of one spec
+    on two devices can end points apart (docs/RESULTS.md, One spec, several numbers), so a comparison
+    across them is not within the noise rule alone."""
+    lines: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        lines[device_of(row)].add(labels[row["run_id"]])
+    if len(lines) > 1:
+        each = "; ".join(
+            f"{device}: {', '.join(sorted(found, key=natural_key))}"
+            for device, found in sorted(lines.items())
+        )
+        table.notes.append(
+            f"Runs from {len(lines)} devices ({each}); lines on two devices differ by their rounding too."
         )
 
 
@@ -412,7 +473,9 @@ def _count_of(count: int, name: str) -> str:
     return f"{count} {name}" if count == 1 else f"{count} {name}s"
 
 
-def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by_seed: bool) -> Table:
+def _build_table(
+    key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by_seed: bool, noise: Noise | None
+) -> Table:
     """The table of one (dataset, model, protocol, severity) from its rows. Runs on the extra corruptions
     (e.g. a sweep on the held-out set) are left out before labelling, so that they neither add empty lines
     nor lengthen the labels of the lines that stay."""
@@ -435,7 +498,9 @@ def _build_table(key: tuple, rows: Sequence[Mapping[str, Any]], groups: bool, by
     methods = sorted(per_label, key=lambda label: (method_rank(method_of[label]), natural_key(label)))
     cells = {(m, c): cell for m in methods for c, cell in line_cells(per_label[m], columns).items()}
     table = Table(*key, columns=columns, methods=methods, cells=cells)
-    _mark_worse(table, _baselines(table, method_of, setting_of), per_label, line_cells)
+    band = functools.partial(_band, noise, table, method_of) if noise else None
+    _mark_worse(table, _baselines(table, method_of, setting_of), per_label, line_cells, band)
+    _devices_note(table, rows, labels)
     _missing_notes(table, per_label, shown)
     _events_note(table, rows, labels)
     if ignored:
@@ -448,12 +513,14 @@ def build_tables(
     *,
     groups: bool = False,
     by_seed: bool = False,
+    noise: Noise | None = None,
     **filters: Any,
 ) -> list[Table]:
     """One :class:`Table` per (dataset, model, protocol, severity) among the rows that pass the filters
     (those of :func:`select_rows`), in sorted order, leaving out settings with no run on the 15.
     ``groups=True`` gives the Noise/Blur/Weather/Digital means instead of the corruptions; ``by_seed=True``
-    one column per seed (its average), then the average over seeds.
+    one column per seed (its average), then the average over seeds. With ``noise`` (``noise_of`` the
+    store), a cell is marked below NoAdapt only beyond the noise rule's band.
     """
     selected = select_rows(rows, **filters)
     by_key: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
@@ -461,5 +528,5 @@ def build_tables(
         spec = row["spec"]
         by_key[spec.get("dataset"), spec.get("model"), spec.get("protocol"), spec.get("severity")].append(row)
     ordered = sorted(by_key, key=lambda k: tuple(map(str, k)))
-    tables = [_build_table(key, by_key[key], groups, by_seed) for key in ordered]
+    tables = [_build_table(key, by_key[key], groups, by_seed, noise) for key in ordered]
     return [table for table in tables if table.methods]  # a setting run only on the extra corruptions

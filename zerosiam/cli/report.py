@@ -168,7 +168,7 @@ def run_report(args: argparse.Namespace) -> int:
         return _print_summary(rows, args, noise_of(every))  # the rule from all the store's replicas
     if args.guards:
         return _print_guards(rows, worn, args.cells, noise_of(every))
-    tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed)
+    tables = report.build_tables(rows, groups=args.groups, by_seed=args.by_seed, noise=noise_of(every))
     if not tables:
         print("no vision results match these filters", file=sys.stderr)
         return 1
