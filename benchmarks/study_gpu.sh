@@ -7,6 +7,8 @@
 #   SELECT=0 GRIDS=seeds_wild_vit bash benchmarks/study_gpu.sh 450 /tmp/study.db  # no rate selection first
 #   SELECT=0 GRIDS=" " VARIANT=every=4,rows=16 bash benchmarks/study_gpu.sh 470 /tmp/study.db  # a guard variant
 #   SELECT=0 SEVERITIES="1 2 3 4 5" GRIDS=guard_heldout bash benchmarks/study_gpu.sh 470 /tmp/study.db  # held out
+#   SELECT=0 REMAKE=gpu METHODS=deyo,come GRIDS=label_shift bash benchmarks/study_gpu.sh 470 /tmp/study.db
+#       # the grid's runs of those methods stored from a GPU made again here (zerosiam bench --remake-from)
 #
 # SEVERITIES (default 5) are the severities built first: the gradual stream reads all five.
 # The working store starts as a SQLite copy of the committed text store docs/results/study, so a fresh machine goes on
@@ -71,13 +73,14 @@ select_rates() {  # select_rates MODEL METHODS WORKERS: the rates of METHODS on 
 bench() {  # bench GRID [WORKERS]: a grid of docs/results/grids (or a .yaml path) with the selected rates, batch-1 stacked
   local grid=$1; [[ $grid == *.yaml ]] || grid=docs/results/grids/$grid.yaml
   python -m zerosiam bench --grid "$grid" --db "$db" --device "$device" \
-    --workers "${2:-$workers}" --no-report --stack --checkpoint-every "${CHECKPOINT_EVERY:-120}" ${LIMIT:+--limit $LIMIT}
+    --workers "${2:-$workers}" --no-report --stack --checkpoint-every "${CHECKPOINT_EVERY:-120}" ${LIMIT:+--limit $LIMIT} \
+    ${METHODS:+--methods "$METHODS"} ${REMAKE:+--remake-from "$REMAKE"}
 }
 
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 15 \
   > "$logs/gpu.csv" 2>&1 &
 export -f build select_rates bench
-export db device workers LIMIT CHECKPOINT_EVERY
+export db device workers LIMIT CHECKPOINT_EVERY METHODS REMAKE
 step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
 names=$(python -c "from zerosiam import corruptions; print(*corruptions.BENCHMARK, *corruptions.EXTRA)")
 step data "for name in $names; do for severity in ${SEVERITIES:-5}; do build \$name \$severity & done; done; wait"

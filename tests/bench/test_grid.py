@@ -320,3 +320,29 @@ def test_a_guarded_run_that_its_unguarded_run_shows_to_be_that_run_is_not_made(
         assert worn["curves"]["accuracy"] == unguarded["curves"]["accuracy"]
     score = next(score for score in guard_scores(store.rows("vision")) if score.guard == guard)
     assert (score.cells, score.stand_ins) == (4, 2)  # judged on every cell, 2 of them by the unguarded run
+
+
+def test_runs_stored_from_another_device_are_made_again_here_and_replace_their_rows(
+    fake_domains, tiny_model, tmp_path
+):
+    """``--remake-from``: a guard cell whose runs came from two devices is brought onto this one; the runs
+    of other devices, and every run without ``remake``, stay as stored."""
+    from zerosiam.bench.execution import made_on
+
+    specs = Grid(models=["resnet20"], methods=["noadapt", "tent"], corruptions=["fog"], protocols=["mild"],
+                 guards=["none", "sar"], sweep={"lr": [1000.0]}).specs()  # fmt: skip
+    store = ResultStore(tmp_path / "remake.db")
+    assert execute(specs, store, Execution(backend="inline", progress=False)) == (3, [])
+    tent = next(s for s in specs if s.method == "tent" and s.guard == "none")
+    row = store.get(tent.run_id)
+    gpu_env = {**row["env"], "gpu": "NVIDIA H200"}
+    store.put(
+        tent.run_id, "vision", row["spec"], {**row["metrics"], "accuracy": 0.123}, {}, gpu_env, replace=True
+    )
+    assert made_on(store.get(tent.run_id), "gpu") and made_on(store.get(tent.run_id), "h200")
+    assert not made_on(store.get(tent.run_id), "cpu")
+    assert execute(specs, store, Execution(backend="inline", progress=False)) == (0, [])
+    assert execute(specs, store, Execution(backend="inline", progress=False), remake="H200") == (1, [])
+    again = store.get(tent.run_id)
+    assert "gpu" not in again["env"] and again["metrics"]["accuracy"] == row["metrics"]["accuracy"]
+    assert execute(specs, store, Execution(backend="inline", progress=False), remake="H200") == (0, [])

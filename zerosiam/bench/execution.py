@@ -7,8 +7,9 @@ by skipping the runs whose rows exist: none is lost, none is duplicated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tqdm import tqdm
 
@@ -18,6 +19,7 @@ from zerosiam.bench.backends import BACKENDS
 from zerosiam.bench.checkpoint import Checkpointing
 from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import Failure, ResultStore
+from zerosiam.bench.tables import device_of
 from zerosiam.bench.tasks import Execution, Outcome, Progress, run_ids_of, tasks_of
 from zerosiam.corruptions.datasets import SEVERITIES, load_corrupted
 from zerosiam.parts.guards import AUTO, never_acts
@@ -46,10 +48,28 @@ def splits_of(spec: RunSpec) -> set[tuple[str, str, int]]:
     return {(spec.dataset, name, severity) for name in names for severity in severities}
 
 
-def pending(specs: Iterable[RunSpec], store: ResultStore) -> list[RunSpec]:
+def pending(specs: Iterable[RunSpec], store: ResultStore, remake: str | None = None) -> list[RunSpec]:
     """The runs with no stored result (never run, interrupted, or failed before), less those that are
-    their stored unguarded run (``same_as_unguarded``)."""
-    return [spec for spec in specs if not store.has(spec.run_id) and not same_as_unguarded(spec, store)]
+    their stored unguarded run (``same_as_unguarded``); with ``remake``, also the stored runs made on that
+    device (``made_on``), to be made again here, guarded runs included: a guard cell is judged only on
+    runs of one device."""
+    return [
+        spec
+        for spec in specs
+        if (not store.has(spec.run_id) and not same_as_unguarded(spec, store))
+        or (remake is not None and store.has(spec.run_id) and made_on(store.get(spec.run_id), remake))
+    ]
+
+
+def made_on(row: Mapping[str, Any], device: str) -> bool:
+    """Whether a stored run computed on ``device``: ``cpu`` or ``gpu`` (any), else a part of its device's
+    name as ``device_of`` gives it (``H200``, ``AMD EPYC``), in any case."""
+    computed = device_of(row)
+    on_gpu = bool((row.get("env") or {}).get("gpu"))
+    wanted = device.strip().lower()
+    if wanted in ("cpu", "gpu"):
+        return on_gpu == (wanted == "gpu")
+    return wanted in computed.lower()
 
 
 def same_as_unguarded(spec: RunSpec, store: ResultStore) -> bool:
@@ -63,7 +83,7 @@ def same_as_unguarded(spec: RunSpec, store: ResultStore) -> bool:
 
 
 def execute(
-    specs: list[RunSpec], store: ResultStore, execution: Execution | None = None
+    specs: list[RunSpec], store: ResultStore, execution: Execution | None = None, remake: str | None = None
 ) -> tuple[int, list[Failure]]:
     """Run the specs that have no row yet, writing each result as it finishes and each failure as it
     happens; returns how many ran and the failures. A failed run does not stop the others.
@@ -75,9 +95,14 @@ def execute(
     there; a task's checkpoint is removed once all its runs are stored. The unguarded runs go first: a
     guarded run that its unguarded run shows to be that run (``same_as_unguarded``) is not made. Where the
     grid wears ``auto``, its unguarded runs are watched by it (``Execution.watch``), which is how they show
-    it: a watch costs a run ``auto``'s probe, where the run with ``auto`` would cost a whole run."""
+    it: a watch costs a run ``auto``'s probe, where the run with ``auto`` would cost a whole run.
+
+    ``remake`` (a device, as ``made_on`` reads it) makes the grid's runs stored from that device again
+    on this one, each replacing its stored row: the way to bring a table or a guard cell onto one device.
+    A remake stopped part-way and started again makes again what it had already remade, unless the device
+    named is not this one."""
     execution = execution or Execution()
-    todo = pending(specs, store)
+    todo = pending(specs, store, remake)
     if not todo:
         return 0, []
     execution = replace(execution, watch=execution.watch or any(spec.guard == AUTO for spec in todo))
@@ -88,10 +113,14 @@ def execute(
     every = execution.checkpoint_every
     checkpointing = None if every is None else Checkpointing.beside(store.path, every)
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", disable=not execution.progress)
-    driver = _Driver(store, {}, checkpointing, bar)
+    remade = {spec.run_id for spec in todo if store.has(spec.run_id)}
+    driver = _Driver(store, {}, checkpointing, bar, remade)
     ran = 0
     for runs in _unguarded_first(todo):
-        left = pending(runs, store)  # less the guarded runs the first round's unguarded runs turned out to be
+        # less the guarded runs the first round's unguarded runs turned out to be (and the remade ones)
+        left = [spec for spec in runs if spec.run_id in remade] + pending(
+            [spec for spec in runs if spec.run_id not in remade], store
+        )
         bar.update(len(runs) - len(left))
         if not left:
             continue
@@ -122,6 +151,7 @@ class _Driver:
     task_ids: dict[str, tuple[str, ...]]  # each run's task, as its runs' ids
     checkpointing: Checkpointing | None
     bar: tqdm
+    remade: set[str] = field(default_factory=set)  # stored runs made again: their new row replaces the old
     failures: list[Failure] = field(default_factory=list)
 
     def store_outcome(self, outcome: Outcome) -> None:
@@ -132,7 +162,7 @@ class _Driver:
         else:
             spec_values, metrics, curves, env = outcome
             run_id = RunSpec.from_dict(spec_values).run_id
-            self.store.put(run_id, KIND, spec_values, metrics, curves, env)
+            self.store.put(run_id, KIND, spec_values, metrics, curves, env, replace=run_id in self.remade)
             ids = self.task_ids[run_id]
             if self.checkpointing is not None and all(map(self.store.has, ids)):
                 self.checkpointing.of(ids).remove()

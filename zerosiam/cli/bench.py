@@ -145,6 +145,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--gpus-per-run", type=float, default=0.0, help="Ray: GPU resources per run (0.5 shares)"
     )
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
+    parser.add_argument(
+        "--remake-from",
+        metavar="DEVICE",
+        help="make the grid's runs stored from DEVICE again here, replacing them: cpu, gpu, or part of a "
+        "device's name (H200, AMD EPYC); how a table or a guard cell comes onto one device",
+    )
     parser.add_argument("--backend", choices=("local", "ray", "inline"), default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     parser.add_argument("--workers", type=positive_int, help="parallel runs (default: cores / threads)")
@@ -258,7 +264,7 @@ def main(args: argparse.Namespace) -> int:
     specs = _specs(grid, store)
     try:
         with interruptible():
-            ran, failures = execute(specs, store, execution)
+            ran, failures = execute(specs, store, execution, remake=args.remake_from)
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise
@@ -266,7 +272,8 @@ def main(args: argparse.Namespace) -> int:
     same = sum(not store.has(spec.run_id) and same_as_unguarded(spec, store) for spec in specs)
     spared = f", {same} the same as their stored unguarded run (their guard never acts on it)" if same else ""
     stored = len(specs) - ran - same
-    print(f"{ran - len(failures)} run(s) executed{failed}, {stored} already in {args.db}{spared}")
+    remade = f" (those stored from {args.remake_from} made again)" if args.remake_from else ""
+    print(f"{ran - len(failures)} run(s) executed{remade}{failed}, {stored} already in {args.db}{spared}")
     if not args.no_report:
         from zerosiam.bench.report import build_tables, to_markdown
 
