@@ -28,6 +28,7 @@ class Spec:
     stream_length: int | None = None
     noise: int = 1000
     epochs: int = 1
+    target: float = 50.0
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:

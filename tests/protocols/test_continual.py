@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
 
 import numpy as np
 import pytest
 
+from tests.protocols.test_build import Spec as Fields
 from zerosiam.protocols import streams
 from zerosiam.protocols.build import CCCSource, build_stream
 
 DOMAINS = ["fog", "snow", "frost"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Spec:
-    protocol: str = "continual"
-    corruption: str = "continual"
-    seed: int = 0
-    batch_size: int = 64
-    limit: int | None = None
-    imbalance_ratio: float = math.inf
-    stream_length: int | None = None
-    noise: int = 1000
-    epochs: int = 1
-    target: float = 50.0
+def spec(protocol: str = "continual", corruption: str = "continual", **changes) -> Fields:
+    """A stream's spec, of a continual protocol by default."""
+    return Fields(protocol=protocol, corruption=corruption, **changes)
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -57,12 +47,12 @@ def test_continual_streams_each_domain_whole_in_order_and_shuffled_within() -> N
 
 
 def test_a_continual_stream_over_images_is_not_class_ordered() -> None:
-    stream = build_stream(Spec(), load, mixed_domains=DOMAINS)
+    stream = build_stream(spec(), load, mixed_domains=DOMAINS)
     assert stream.names == DOMAINS and len(stream.rows) == 120 and stream.evaluated.all()
     labels = stream.domains[0][1][stream.rows[:40, 1]]
     assert (np.diff(labels) != 0).sum() > 10  # a class-ordered set arrives shuffled
     with pytest.raises(ValueError, match="mixed_domains"):
-        build_stream(Spec(), load)
+        build_stream(spec(), load)
 
 
 # ------------------------------------------------------------------------------------------ gradual
@@ -81,7 +71,7 @@ def test_gradual_moves_each_corruption_up_to_five_and_back_in_legs_of_equal_leng
 
 def test_a_gradual_stream_over_images_follows_the_severities_and_keeps_the_labels() -> None:
     stream = build_stream(
-        Spec("gradual", "gradual", stream_length=9 * 3 * 5), load, mixed_domains=DOMAINS, load_at=load_at
+        spec("gradual", "gradual", stream_length=9 * 3 * 5), load, mixed_domains=DOMAINS, load_at=load_at
     )
     assert stream.names == DOMAINS and len(stream.rows) == 135  # 5 images a leg
     severities, labels = [], []
@@ -93,7 +83,7 @@ def test_a_gradual_stream_over_images_follows_the_severities_and_keeps_the_label
         assert load(DOMAINS[domain])[1][image[0, 0, 0]] == labels[-1]  # the label of the image shown
     assert severities[:45:5] == [1, 2, 3, 4, 5, 4, 3, 2, 1] and severities[45:90:5] == severities[:45:5]
     with pytest.raises(ValueError, match="load_at"):
-        build_stream(Spec("gradual", "gradual"), load, mixed_domains=DOMAINS)
+        build_stream(spec("gradual", "gradual"), load, mixed_domains=DOMAINS)
 
 
 # ------------------------------------------------------------------------------------------ CCC
@@ -157,7 +147,7 @@ def test_a_ccc_stream_over_images_applies_the_first_corruption_then_the_second()
     clean = load("fog")
     source = CCCSource(clean, corrupt, lambda a, b: [(1, 0), (1, 1), (0, 1)])
     stream = build_stream(
-        Spec("ccc", "ccc", stream_length=3_000, target=15), load, mixed_domains=names, ccc=source
+        spec("ccc", "ccc", stream_length=3_000, target=15), load, mixed_domains=names, ccc=source
     )
     assert stream.names == ["ccc"] and len(stream.rows) == 3_000 and stream.evaluated.all()
     images, labels = stream.domains[0]
@@ -166,4 +156,4 @@ def test_a_ccc_stream_over_images_applies_the_first_corruption_then_the_second()
     assert len(set(traces)) == 1 and traces[0] // 10 >= 1 and traces[0] % 10 >= 1  # two corruptions, in order
     np.testing.assert_array_equal(labels, clean[1][images[:, 0, 0, 0]])  # each image keeps its label
     with pytest.raises(ValueError, match="CCCSource"):
-        build_stream(Spec("ccc", "ccc"), load, mixed_domains=names)
+        build_stream(spec("ccc", "ccc"), load, mixed_domains=names)
