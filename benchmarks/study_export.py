@@ -11,7 +11,8 @@ A batch-64 run's per-step curves take about 20 kB and a batch-1 run's about 1 MB
 study would be hundreds of MB. The committed store (docs/RESULTS.md) keeps every run's spec, metrics and
 environment, and only the curves the figures draw (``drawn``): the seed-0 Gaussian-noise runs under label
 shift and mild (the diagnostics), the runs of a finite imbalance ratio (the imbalance figure) and those
-with a prelude (the collapsed model), and the curves the target holds already. Rerunning a grid into a
+with a prelude (the collapsed model), NoAdapt's on the continual, gradual and CCC streams (the source
+model along them), and the curves the target holds already. Rerunning a grid into a
 fresh store brings back every curve. Failures are not results and are not exported to the text store.
 """
 
@@ -27,6 +28,7 @@ from zerosiam.bench.textstore import write_text
 
 FIGURE_CORRUPTION = "gaussian_noise"
 FIGURE_PROTOCOLS = ("label_shift", "mild")
+STREAM_PROTOCOLS = ("continual", "gradual", "ccc")  # docs/benchmark.md draws the source model along them
 
 
 def drawn(spec: dict[str, Any]) -> bool:
@@ -37,7 +39,8 @@ def drawn(spec: dict[str, Any]) -> bool:
         and spec.get("seed") == 0
     )
     imbalance = math.isfinite(spec.get("imbalance_ratio", math.inf))
-    return diagnostics or imbalance or bool(spec.get("prelude"))
+    source_along_streams = spec.get("protocol") in STREAM_PROTOCOLS and spec.get("method") == "noadapt"
+    return diagnostics or imbalance or bool(spec.get("prelude")) or source_along_streams
 
 
 def main() -> None:

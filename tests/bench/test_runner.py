@@ -142,7 +142,7 @@ def test_a_prelude_is_checked_and_an_empty_one_keeps_old_run_ids():
         with pytest.raises(ValueError, match=message):
             _spec(prelude=prelude)
     spec = _spec()
-    before = {k: v for k, v in spec.as_dict().items() if k not in ("prelude", "guard", "replica")}
+    before = {k: v for k, v in spec.as_dict().items() if k not in ("prelude", "guard", "replica", "target")}
     assert spec.run_id == run_id_for(before)  # runs stored before the field existed resume
     assert _spec(prelude={"method": "tent", "steps": 3}).run_id != spec.run_id
 
