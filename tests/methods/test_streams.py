@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import zerosiam
-from zerosiam.parts import selection
 from zerosiam.parts.predictor import identity_drift
 from zerosiam.parts.recovery import ema_below
 from zerosiam.parts.streams import StreamNorms
@@ -36,17 +35,6 @@ METHODS = [
     ("deyo+zerosiam", {}),
     ("eata+zerosiam", EATA_CLEAN),
 ]
-
-
-@pytest.fixture
-def confident_gn(tiny_gn, monkeypatch):
-    """TinyGN with sharp logits, so that entropy filters keep some samples and drop others; DeYO's patch
-    shuffle made deterministic (the colour channels reversed), so that stacked and lone streams see the
-    same second view (a random shuffle draws differently for a stacked batch)."""
-    with torch.no_grad():
-        tiny_gn.fc.weight.mul_(8.0)
-    monkeypatch.setattr(selection, "shuffle_patches", lambda x, grid=4, permutation=None: x.flip(1))
-    return tiny_gn
 
 
 @pytest.mark.parametrize("method, options", METHODS, ids=lambda v: v if isinstance(v, str) else "")

@@ -138,6 +138,8 @@ def adapt(
     guard: str | Guard | None = None,
     compile: bool | str = False,
     channels_last: bool = False,
+    fixed_shape: bool = False,
+    graph: bool = False,
     **overrides,
 ) -> OnlineModel:
     """Wrap ``model`` for online test-time adaptation by ``method`` (an ``Adapter``; for ``noadapt``,
@@ -165,6 +167,9 @@ def adapt(
     channels-last. Both are off by default, give the eager path's predictions within float rounding, and
     are taken off the model by ``release()`` (``zerosiam.methods.speed``); which pays depends on the device
     and model (``docs/efficiency.md``). Compiling costs seconds to minutes before the first step.
+    ``fixed_shape`` takes every decision of a step on the device (no read of it mid-step: the streams that
+    must not move are put back after a whole step); ``graph`` captures that step as a CUDA graph and
+    replays it (a GPU; Tent, ZeroSiam and their variants, unguarded so far; ``zerosiam.methods.capture``).
 
     ``model`` may be any classifier: timm, torchvision, the zoo, a Hugging Face ``transformers`` image
     classifier (``AutoModelForImageClassification``: its ``pixel_values`` is the first positional
@@ -179,7 +184,7 @@ def adapt(
     built, or in its first forward, hands the model back as it came before it goes on (``docs/methods.md``,
     "What adapt refuses").
     """
-    speed = Speed(compile, channels_last)
+    speed = Speed(compile, channels_last, fixed_shape, graph)
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if guard is not None:
         recipe = recipe.with_(guard=guard_named(guard) if isinstance(guard, str) else guard)
@@ -203,6 +208,7 @@ def adapt(
         momentum=momentum,
         precision=check_precision(precision),
         diagnostics=diagnostics,
+        fixed_shape=speed.fixed_shape,
     )
     if not recipe.adapts:
         return with_speed(Frozen(model, recipe, settings, streams=streams, output=output), speed)

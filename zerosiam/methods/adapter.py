@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from zerosiam.methods.guardable import Guardable
-from zerosiam.methods.online import NonFiniteInputError, OnlineModel, Settings
+from zerosiam.methods.online import NonFiniteInputError, OnlineModel, Settings, reason_code
 from zerosiam.methods.recipe import Recipe
 from zerosiam.methods.stall import StallWatch
 from zerosiam.parts.contract import Batch, Evaluation, plain_step
@@ -96,12 +96,8 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
 
     # --- the online loop -------------------------------------------------------------------------
     def _take(self, x: Tensor) -> Tensor:
-        """Predict ``x`` and take one adaptation step on the same forward."""
-        evaluations, recovered = self.take_step(
-            self.recipe.step, self.recipe.recover, functools.partial(self._evaluate, x)
-        )
-        prediction = evaluations[0].batch.target.detach()
-        record = self._step_record(evaluations, recovered)
+        """Predict ``x`` and take one adaptation step on the same forward; guard it and record it."""
+        prediction, evaluations, record = self._step(x)
         guard = self.recipe.guard
         if guard is not None:
             record["guard"] = guard(self, x, prediction, evaluations)
@@ -110,6 +106,15 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
         self.log.add(prediction, self.predictor, record)
         self._stall.after_step(self.log)
         return prediction
+
+    def _step(self, x: Tensor) -> tuple[Tensor, list[Evaluation], dict[str, Any]]:
+        """The step itself, what the ``graph`` option captures (``zerosiam.methods.capture``): the
+        prediction for ``x``, the step's evaluations and its record."""
+        evaluations, recovered = self.take_step(
+            self.recipe.step, self.recipe.recover, functools.partial(self._evaluate, x)
+        )
+        prediction = evaluations[0].batch.target.detach()
+        return prediction, evaluations, self._step_record(evaluations, recovered)
 
     def _check_input(self, x: Tensor) -> None:
         super()._check_input(x)
@@ -151,18 +156,24 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
             record["selected"] = layout.value(layout.rows(first.mask).sum(-1))
         else:  # every sample counts: no need to ask the device how many
             record["selected"] = layout.pick([first.mask.numel() // layout.count] * layout.count)
-        record["updated"] = layout.kept(last.mask) & (self.skipped is None)
-        record["skipped"] = layout.pick(self._reasons_by_stream())
+        moved = layout.kept(last.mask) & (self.skipped is None)
+        for _, marked in self._held:  # eager, those held are among the streams that kept none already
+            moved = moved & ~marked
+        record["updated"] = moved
+        record["skipped"] = self._reasons_by_stream()
         record["recovered"] = recovered if recovered is not None else False
         return record
 
-    def _reasons_by_stream(self) -> list[str | None]:
-        """Why each stream did not move in this step: the step's reason, or the one it was held for."""
-        reasons: list[str | None] = [self.skipped] * self.streams
-        for reason, marked in self._held:
-            for stream in torch.nonzero(marked.reshape(-1)).flatten().tolist():
-                reasons[stream] = reasons[stream] or reason
-        return reasons
+    def _reasons_by_stream(self) -> Any:
+        """Why each stream did not move in this step: the step's reason, or the first it was held for,
+        as the layout's per-stream value; the held ones as codes on the device (``reason_code``), read
+        back as their reasons with the rest of the record, so that no step waits for the device."""
+        if self.skipped is not None or not self._held:
+            return self.layout.pick([self.skipped] * self.streams)
+        code = torch.zeros(self.streams, dtype=torch.int32, device=self._held[0][1].device)
+        for reason, marked in reversed(self._held):  # the first reason given stands
+            code = torch.where(marked.reshape(-1), reason_code(reason), code)
+        return self.layout.value(code)
 
     # --- predictor ---------------------------------------------------------------------------------
     def _add_predictor(self, dim: int) -> None:

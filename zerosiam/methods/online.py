@@ -43,6 +43,7 @@ class Settings:
     momentum: float = 0.9  # SGD momentum 0.9 for every image method (methods.md)
     precision: str = "fp32"  # the forward's precision (parts.precision); losses and updates stay float32
     diagnostics: bool = True  # the per-step collapse indicators (entropy, logit norm, ...); off: counts only
+    fixed_shape: bool = False  # every decision of a step on the device (``Layout.reads_device``)
 
 
 class StepLog:
@@ -105,11 +106,29 @@ class StepLog:
         self._read = len(self._rows)
 
 
+_REASONS: list[str] = []
+"""Every reason a stream was held back for, in the order first given: ``reason_code`` 1, 2, ..."""
+
+
+def reason_code(reason: str) -> int:
+    """The code a held stream's reason is recorded by on the device (0: not held); read back as the
+    reason (``reason_of``). The reasons are a handful of fixed sentences of the parts that hold streams."""
+    if reason not in _REASONS:
+        _REASONS.append(reason)
+    return _REASONS.index(reason) + 1
+
+
+def reason_of(code: float) -> str | None:
+    """The reason a code of ``reason_code`` stands for; None for 0."""
+    return _REASONS[int(code) - 1] if code else None
+
+
 _AS_PYTHON = {
     "selected": int,
     "updated": bool,
     "recovered": bool,
     "guard": bool,
+    "skipped": reason_of,
 }  # diagnostics that are not real numbers
 
 
@@ -131,7 +150,7 @@ class OnlineModel:
     ) -> None:
         refuse_held(model)
         self.model = model
-        self.layout = layout_for(streams)
+        self.layout = layout_for(streams, reads_device=not settings.fixed_shape)
         self.recipe = copy.deepcopy(recipe)  # rules keep state (moving averages, EMA): one copy per adapter
         self.settings = settings
         self.log = StepLog(self.layout, settings.diagnostics)

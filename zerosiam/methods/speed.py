@@ -1,4 +1,5 @@
-"""Speed options of the model's forward, off by default: channels-last memory format and ``torch.compile``.
+"""Speed options, off by default: of the model's forward (channels-last memory format, ``torch.compile``)
+and of the adapting step (``fixed_shape``, ``graph``: ``zerosiam.methods.capture``).
 
 Options and not defaults, because which one pays depends on the device, the model and the batch size,
 and compiling costs seconds to minutes before the first step: the eager path stays the default (the
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from zerosiam.methods.adapter import Adapter
+from zerosiam.methods.capture import capture_steps
 from zerosiam.methods.online import OnlineModel
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -45,8 +48,16 @@ class Speed:
 
     compile: bool | str = False
     channels_last: bool = False
+    fixed_shape: bool = False
+    graph: bool = False
 
     def __post_init__(self) -> None:
+        if self.graph and self.mode is not None:
+            raise ValueError(
+                f"graph captures the eager step; it does not take compile ({self.mode}): use one of them"
+            )
+        if self.graph:  # the captured step is the fixed-shape one: one value for one meaning
+            object.__setattr__(self, "fixed_shape", True)
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
             modes = ", ".join(COMPILE_MODES)
             raise ValueError(
@@ -65,7 +76,7 @@ class Speed:
     @property
     def eager(self) -> bool:
         """Whether every option is off: the model is left as it is."""
-        return self.mode is None and not self.channels_last
+        return self.mode is None and not self.channels_last and not self.fixed_shape
 
     @property
     def label(self) -> str:
@@ -74,24 +85,32 @@ class Speed:
         mode = self.mode
         parts = [] if mode is None else ["compile" if mode == "default" else f"compile:{mode}"]
         parts += ["channels_last"] if self.channels_last else []
+        parts += ["graph"] if self.graph else ["fixed_shape"] if self.fixed_shape else []
         return "+".join(parts) or "eager"
 
     @classmethod
     def parse(cls, label: str) -> Speed:
         """The options a ``label`` names; a one-line ``ValueError`` for anything else."""
         compile_: bool | str = False
-        channels_last = False
+        flags = {"channels_last": False, "fixed_shape": False, "graph": False}
         for part in filter(None, label.strip().split("+")):
             name, _, mode = part.partition(":")
-            if name == "channels_last" and not mode:
-                channels_last = True
+            if name in flags and not mode:
+                flags[name] = True
             elif name == "compile":
                 compile_ = mode or True
             elif name != "eager" or mode:
                 raise ValueError(
-                    f"unknown speed option {part!r} in {label!r}; use eager, channels_last, compile"
+                    f"unknown speed option {part!r} in {label!r}; use eager, channels_last, compile, "
+                    "fixed_shape, graph"
                 )
-        return cls(compile_, channels_last)
+        return cls(compile_, **flags)
+
+    @property
+    def on_model(self) -> bool:
+        """Whether an option acts on the model's forward (``apply``); ``fixed_shape`` and ``graph`` act on
+        the adapter's step instead (``with_speed``)."""
+        return self.mode is not None or self.channels_last
 
     def apply(self, model: nn.Module) -> Undo:
         """Put the options on ``model`` in place; returns what puts it back as it was."""
@@ -112,14 +131,15 @@ def with_speed(wrapper: OnlineModel, speed: Speed) -> OnlineModel:
     """``wrapper``'s model with ``speed``'s options on, taken off again by ``wrapper.release()``, which
     hands the model back as it came. Applied after the wrapper is built, so its hooks are in place
     before a compiler traces the forward and its preparation (EATA's Fisher) ran eagerly."""
-    if speed.eager:
-        return wrapper
-    try:
-        undo = speed.apply(wrapper.model)
-    except Exception:
-        wrapper.release()  # the model goes back as it came, then the error
-        raise
-    wrapper.when_released(undo)
+    if speed.on_model:
+        try:
+            undo = speed.apply(wrapper.model)
+        except Exception:
+            wrapper.release()  # the model goes back as it came, then the error
+            raise
+        wrapper.when_released(undo)
+    if speed.graph and isinstance(wrapper, Adapter):  # NoAdapt's forward decides nothing: left eager
+        capture_steps(wrapper)
     return wrapper
 
 

@@ -172,8 +172,9 @@ class Recovery(Protocol):
 
 
 def plain_step(learner: Learner, closure: Closure) -> list[Evaluation]:
-    """One gradient step on one evaluation; skipped when no sample is selected."""
+    """One gradient step on one evaluation; skipped when no sample is selected (on the fixed-shape path
+    taken all the same, and put back by the learner)."""
     evaluation = closure()
-    if evaluation.selected:
+    if not learner.layout.reads_device or evaluation.selected:
         learner.descend(evaluation.loss)
     return [evaluation]

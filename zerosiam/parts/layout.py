@@ -23,9 +23,16 @@ from zerosiam.parts.streams import HeldRows, StreamNorms, by_stream, check_strea
 
 
 class Layout(ABC):
-    """How a batch's rows and a weight's rows belong to streams."""
+    """How a batch's rows and a weight's rows belong to streams, and whether a step may read the device.
+
+    ``reads_device`` True is the eager path: a step may ask the device whether any sample was kept or a
+    gradient is finite, and skip what it need not do. False is the fixed-shape path a captured step needs
+    (``zerosiam.methods.capture``): every decision is device work on tensors of fixed shapes, every step
+    runs whole, and the streams that must not move are put back after it (``HeldRows``).
+    """
 
     count: int
+    reads_device: bool = True
 
     def rows(self, values: Tensor) -> Tensor:
         """``[B·n, ...]`` rows as ``[B, n, ...]`` (``[1, n, ...]`` for one stream)."""
@@ -70,8 +77,9 @@ class Layout(ABC):
         the learner instead puts the held streams' rows back after a step that moved the others."""
 
     @abstractmethod
-    def forwarded(self, kept: Tensor) -> Tensor:
-        """The rows a second forward must take to score the ``kept`` ones (DeYO's shuffled view)."""
+    def forwarded(self, kept: Tensor) -> Tensor | None:
+        """The rows a second forward must take to score the ``kept`` ones (DeYO's shuffled view); None:
+        every row, as they are (the fixed-shape path)."""
 
     @abstractmethod
     def follow_kept(
@@ -155,11 +163,41 @@ class OneStream(Layout):
         return predictor
 
 
+class DeviceStream(OneStream):
+    """A lone stream on the fixed-shape path: the reductions of ``StackedStreams`` for one stream, with
+    the model's own norm parameters and predictor. A plain loss over every sample (Tent, ZeroSiam) is
+    ``OneStream``'s to the bit; a filtered one sums over the kept rows in their places instead of
+    gathering them, which rounds otherwise."""
+
+    reads_device = False
+
+    def loss(self, per_sample: Tensor, mask: Tensor, filtered: bool) -> tuple[Tensor, Tensor]:
+        if not filtered:
+            return super().loss(per_sample, mask, filtered)
+        loss = torch.where(mask, per_sample, 0.0).sum() / mask.sum().clamp_min(1)
+        return loss, loss
+
+    def skips(self, held: Tensor) -> bool:
+        return False
+
+    def forwarded(self, kept: Tensor) -> Tensor | None:
+        return None
+
+    def follow_kept(
+        self, mean: Tensor | None, values: Tensor, mask: Tensor, momentum: float
+    ) -> Tensor | None:
+        return _follow_kept_rows(self.rows(values), self.rows(mask), mean, momentum)
+
+    def hold_rows(self, optimizer: torch.optim.Optimizer) -> HeldRows | None:
+        return HeldRows(optimizer)
+
+
 class StackedStreams(Layout):
     """B streams in one batch, each reduced alone (no read of the device where one stream needs none)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, reads_device: bool = True) -> None:
         self.count = check_streams(count)
+        self.reads_device = reads_device
 
     def value(self, per_stream: Tensor) -> Tensor:
         return per_stream
@@ -189,18 +227,15 @@ class StackedStreams(Layout):
     def skips(self, held: Tensor) -> bool:
         return False
 
-    def forwarded(self, kept: Tensor) -> Tensor:
-        return torch.ones_like(kept)  # the stacked norms take every stream's rows, in their places
+    def forwarded(self, kept: Tensor) -> Tensor | None:
+        # the stacked norms take every stream's rows, in their places; the fixed-shape path takes them
+        # without a mask (gathering by one reads the device)
+        return torch.ones_like(kept) if self.reads_device else None
 
     def follow_kept(
         self, mean: Tensor | None, values: Tensor, mask: Tensor, momentum: float
     ) -> Tensor | None:
-        rows, kept = self.rows(values), self.rows(mask).unsqueeze(-1)
-        count = kept.sum(1)
-        current = torch.where(kept, rows, 0.0).sum(1) / count  # NaN where nothing was kept
-        mean = mean if mean is not None else torch.full_like(current, math.nan)
-        followed = torch.where(mean.isnan(), current, momentum * mean + (1 - momentum) * current)
-        return torch.where(count > 0, followed, mean)
+        return _follow_kept_rows(self.rows(values), self.rows(mask), mean, momentum)
 
     def hold_rows(self, optimizer: torch.optim.Optimizer) -> HeldRows | None:
         return HeldRows(optimizer)
@@ -212,9 +247,23 @@ class StackedStreams(Layout):
         return stack_predictor(predictor, self.count)
 
 
+def _follow_kept_rows(rows: Tensor, kept: Tensor, mean: Tensor | None, momentum: float) -> Tensor:
+    """``follow_kept`` on ``[B, n, ...]`` rows, all on the device: a stream's mean of its kept rows
+    (NaN where it kept none) starts or moves its running mean; one that kept none keeps its own."""
+    kept = kept.unsqueeze(-1)
+    count = kept.sum(1)
+    current = torch.where(kept, rows, 0.0).sum(1) / count  # NaN where nothing was kept
+    mean = mean if mean is not None else torch.full_like(current, math.nan)
+    followed = torch.where(mean.isnan(), current, momentum * mean + (1 - momentum) * current)
+    return torch.where(count > 0, followed, mean)
+
+
 ONE_STREAM = OneStream()
 
 
-def layout_for(streams: int) -> Layout:
-    """The layout of ``streams`` streams (a positive integer, or a one-line error)."""
-    return ONE_STREAM if check_streams(streams) == 1 else StackedStreams(streams)
+def layout_for(streams: int, reads_device: bool = True) -> Layout:
+    """The layout of ``streams`` streams (a positive integer, or a one-line error); ``reads_device``
+    False: the fixed-shape path (``Layout``)."""
+    if check_streams(streams) > 1:
+        return StackedStreams(streams, reads_device)
+    return ONE_STREAM if reads_device else DeviceStream()

@@ -19,6 +19,9 @@ from torch import Tensor, nn
 from zerosiam.parts.contract import Closure, Evaluation, Recovery, Step
 from zerosiam.parts.layout import ONE_STREAM, Layout
 
+NON_FINITE = "non-finite loss or gradient"
+"""Why the fixed-shape path holds a step back: it cannot tell the two apart without reading the device."""
+
 
 class GradientLearner(ABC):
     """``backward``, ``descend``, ``skip`` and one adaptation step, over ``self.optimizer``.
@@ -60,9 +63,14 @@ class GradientLearner(ABC):
 
     def backward(self, loss: Tensor) -> bool:
         """Gradients of ``loss`` in the trainable parameters; False, recorded as the step's ``skipped``
-        reason and with no gradient left, when the loss or a gradient is not finite."""
+        reason and with no gradient left, when the loss or a gradient is not finite. On the fixed-shape
+        path (``Layout.reads_device`` False) the device decides: the step goes on, and every stream is
+        held back (put back after it) when the loss or a gradient is not finite."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if not self.layout.reads_device:
+            self.hold(NON_FINITE, self.layout.all_streams(loss.device) & ~self.finite_on_device(loss))
+            return True
         if not self.finite(loss):  # one read from the device per step, for the loss and every gradient
             self.optimizer.zero_grad(set_to_none=True)
             self.skip("non-finite loss" if not torch.isfinite(loss) else "non-finite gradient")
@@ -77,13 +85,17 @@ class GradientLearner(ABC):
         return True
 
     def finite(self, loss: Tensor) -> bool:
-        """Whether ``loss`` and every gradient are finite, decided on the device and read once. Each
-        gradient's largest magnitude (a NaN or an infinity propagates into it, and a maximum cannot
-        overflow) comes from one foreach reduction over all of them, where a check per tensor made one small
-        call per trainable tensor (54 on the ResNet-26), felt at batch size 1."""
+        """Whether ``loss`` and every gradient are finite, decided on the device and read once."""
+        return bool(self.finite_on_device(loss))
+
+    def finite_on_device(self, loss: Tensor) -> Tensor:
+        """Whether ``loss`` and every gradient are finite, as a 0-d flag on the device. Each gradient's
+        largest magnitude (a NaN or an infinity propagates into it, and a maximum cannot overflow) comes
+        from one foreach reduction over all of them, where a check per tensor made one small call per
+        trainable tensor (54 on the ResNet-26), felt at batch size 1."""
         grads = [p.grad for p in self.trainable if p.grad is not None]
         peaks = torch._foreach_norm(grads, ord=math.inf) if grads else []  # stacked in one dtype by promotion
-        return bool(torch.isfinite(torch.stack([loss.detach(), *peaks])).all())
+        return torch.isfinite(torch.stack([loss.detach(), *peaks])).all()
 
     def skip(self, reason: str) -> None:
         """Mark the current step as not taken; the first reason given stands."""
@@ -111,17 +123,26 @@ class GradientLearner(ABC):
         ``recover`` flags as collapsed go back to their source weights. Returns the step's evaluations
         and the recovery's per-stream flags (None without a recovery rule)."""
         self._skipped, self._held = None, ()
-        held = self.layout.hold_rows(self.optimizer) if self.recipe.select else None
+        eager = self.layout.reads_device
+        held = self.layout.hold_rows(self.optimizer) if self.recipe.select or not eager else None
         with torch.enable_grad():
             evaluations = step(self, closure)
         if held is not None:
-            held.put_back(~self.layout.kept(evaluations[-1].mask))
+            held.put_back(self.held_streams(evaluations[-1].mask))
         if recover is None:
             return evaluations, None
         collapsed = recover(evaluations)
-        if collapsed.any():  # the flags are on the host already; most steps restore nothing
+        if not eager or collapsed.any():  # eager: flags on the host already; most steps restore nothing
             self.restore_source(collapsed)
         return evaluations, collapsed
+
+    def held_streams(self, last_mask: Tensor) -> Tensor:
+        """Per-stream flags of the streams this step must leave where they were: those whose last
+        evaluation kept no sample, and those held back for another reason (``hold``)."""
+        streams = ~self.layout.kept(last_mask)
+        for _, marked in self._held:
+            streams = streams | marked
+        return streams
 
     @abstractmethod
     def restore_source(self, streams: Tensor | None = None) -> None:

@@ -30,7 +30,8 @@ class EmaBelow:
     def __init__(self, floor: float = 0.2, momentum: float = 0.9) -> None:  # methods.md: SAR code
         self.floor = floor
         self.momentum = momentum
-        self.ema: float | list[float | None] | None = None  # a list of one per stream when stacked
+        # a list of one per stream when stacked; a tensor (NaN: none yet) on the fixed-shape path
+        self.ema: float | list[float | None] | Tensor | None = None
 
     def __call__(self, evaluations: list[Evaluation]) -> Tensor:
         """Per-stream flags of the streams to reset (the objective is a per-stream value: a stream that
@@ -38,6 +39,9 @@ class EmaBelow:
         objective = evaluations[-1].terms.get("objective")
         if objective is None:  # a recipe whose evaluation reports no objective never collapses by it
             return torch.tensor(False)
+        batch = evaluations[-1].batch
+        if batch is not None and not batch.layout.reads_device:
+            return self._follow_on_device(objective)
         values = objective.reshape(-1).tolist()
         emas = self.ema if isinstance(self.ema, list) else [self.ema] * len(values)
         emas = [e if not math.isfinite(v) else self._follow(e, v) for e, v in zip(emas, values, strict=True)]
@@ -48,6 +52,17 @@ class EmaBelow:
 
     def _follow(self, ema: float | None, value: float) -> float:
         return value if ema is None else self.momentum * ema + (1 - self.momentum) * value
+
+    def _follow_on_device(self, objective: Tensor) -> Tensor:
+        """``__call__`` on the fixed-shape path: the averages kept on the device in float64, the host's
+        float, so that they round as the host's do and fire at the same step; NaN for none yet."""
+        value = objective.detach().double()
+        ema = self.ema if isinstance(self.ema, Tensor) else torch.full_like(value, math.nan)
+        followed = torch.where(ema.isnan(), value, self.momentum * ema + (1 - self.momentum) * value)
+        ema = torch.where(value.isfinite(), followed, ema)
+        collapsed = ema < self.floor  # False where NaN: no average yet
+        self.ema = torch.where(collapsed, math.nan, ema)
+        return collapsed
 
     def first_fire(self, objectives: Iterable[float]) -> int | None:
         """The step (counted from 1) at which this rule, fresh, would first fire on one stream's
@@ -66,7 +81,7 @@ class EmaBelow:
         self.ema = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"ema": self.ema}
+        return {"ema": self.ema.clone() if isinstance(self.ema, Tensor) else self.ema}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ema = state["ema"]

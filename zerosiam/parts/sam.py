@@ -64,17 +64,18 @@ class SAM:
     rho: float = 0.05  # methods.md: SAR code, ρ = 0.05
 
     def __call__(self, learner: Learner, closure: Closure) -> list[Evaluation]:
+        layout = learner.layout
+        eager = layout.reads_device  # else both passes run whole; the learner puts back what must not move
         first = closure()
-        if not first.selected:
+        if eager and not first.selected:
             return [first]
         if not learner.backward(first.loss):
             return [first]
         params = learner.trainable
-        layout = learner.layout
         moves = ascend(params, self.rho, layout)
         try:
             second = closure(restrict=first.mask)
-            ready = second.selected > 0 and learner.backward(second.loss)
+            ready = (not eager or second.selected > 0) and learner.backward(second.loss)
         finally:
             descend_back(params, moves)
         if ready:

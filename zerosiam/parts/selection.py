@@ -172,18 +172,30 @@ def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tens
     if "plpd" in batch.cache:
         return batch.cache["plpd"]
     kept = batch.kept if batch.kept is not None else torch.ones_like(batch.entropy, dtype=torch.bool)
-    difference = torch.full_like(batch.entropy, float("nan"))
-    if kept.any():
-        seen = batch.layout.forwarded(kept)
-        probabilities = batch.target.detach()[seen].softmax(-1)
-        label = probabilities.argmax(-1, keepdim=True)
-        chosen = permutation[seen] if permutation is not None else None
-        with torch.no_grad():
-            shuffled = batch.learner.model(shuffle_patches(batch.x[seen], grid, chosen)).softmax(-1)
-        difference[seen] = (probabilities.gather(-1, label) - shuffled.gather(-1, label)).squeeze(-1)
-        difference[~kept] = math.nan
+    if not batch.layout.reads_device:  # the fixed-shape path: every row through the second view
+        drop = _probability_drop(batch, batch.x, batch.target, grid, permutation)
+        difference = torch.where(kept, drop, math.nan)
+    else:
+        difference = torch.full_like(batch.entropy, float("nan"))
+        if kept.any():
+            seen = batch.layout.forwarded(kept)
+            chosen = permutation[seen] if permutation is not None else None
+            difference[seen] = _probability_drop(batch, batch.x[seen], batch.target[seen], grid, chosen)
+            difference[~kept] = math.nan
     batch.cache["plpd"] = difference
     return difference
+
+
+def _probability_drop(
+    batch: Batch, x: Tensor, target: Tensor, grid: int, permutation: Tensor | None
+) -> Tensor:
+    """``p_ŷ(x) − p_ŷ(x')`` for the rows given: their prediction's probability, and the same class's once
+    the patches of ``x`` are shuffled (forwarded without gradient)."""
+    probabilities = target.detach().softmax(-1)
+    label = probabilities.argmax(-1, keepdim=True)
+    with torch.no_grad():
+        shuffled = batch.learner.model(shuffle_patches(x, grid, permutation)).softmax(-1)
+    return (probabilities.gather(-1, label) - shuffled.gather(-1, label)).squeeze(-1)
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,7 @@ class PLPDAbove:
     threshold: float
     grid: int = 4  # methods.md: DeYO's 4×4 patch grid
     modalities = ("image",)
+    draws_at_random = True  # the patch orders, on the host (a captured step cannot replay them)
 
     def __call__(self, batch: Batch) -> Tensor:
         return plpd(batch, self.grid) > self.threshold
@@ -235,6 +248,7 @@ class DeYOWeight:
     margin: Margin = Margin(0.4)  # methods.md: DeYO E0 = 0.4·ln C for the weight (0.5·ln C for the filter)
     measure: str | PerSample = "entropy"
     modalities = ("image",)
+    draws_at_random = True  # through the PLPD's patch orders
 
     def __call__(self, batch: Batch) -> Tensor:
         confidence = torch.exp(self.margin.nats(batch.logits.shape[-1]) - uncertainty(batch, self.measure))

@@ -1,0 +1,156 @@
+"""The fixed-shape step (``fixed_shape=True``): no read of the device mid-step, and the eager step's results.
+
+A step that a CUDA graph can capture decides nothing on the host. ``no_host_sync`` refuses every read on
+any device, so the step of every method is checked here on a CPU: lone and stacked, the step runs
+through without one, and adapts as the eager step does (to the bit on these batches, where a filtered
+mean of a few samples rounds alike either way; the bar is float rounding).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zerosiam
+from tests.methods.test_streams import METHODS, STREAMS, _streams_of_batches
+from zerosiam.methods.speed import Speed
+from zerosiam.parts.hostsync import HostSyncError, no_host_sync
+from zerosiam.parts.learner import NON_FINITE
+
+ADAPTING = [(method, options) for method, options in METHODS if method != "noadapt"]
+
+
+def _run(model, method, options, fixed: bool, streams: int = 1, audited: bool = False):
+    """Every step's prediction and the record, over the streams' batches (the last steps under the audit)."""
+    adapter = zerosiam.adapt(
+        model, method, lr=0.5, predictor_lr=0.5, streams=streams, fixed_shape=fixed, **options
+    )
+    predictions = []
+    for step, batch in enumerate(_streams_of_batches(per_stream=4)):
+        x = batch[:streams].flatten(0, 1)
+        if audited and step >= 3:
+            with no_host_sync():
+                prediction, _, record = adapter._step(x)
+            adapter.log.add(prediction, adapter.predictor, record)
+        else:
+            prediction = adapter(x)
+        predictions.append(prediction.detach())
+    history = adapter.history
+    adapter.release()
+    return torch.stack(predictions), history
+
+
+def test_the_audit_finds_the_eager_steps_reads(confident_gn):
+    """The eager step asks the device whether its gradients are finite: the audit must say so."""
+    adapter = zerosiam.adapt(confident_gn, "tent", lr=0.1)
+    with pytest.raises(HostSyncError, match="_local_scalar_dense"), no_host_sync():
+        adapter._step(_streams_of_batches()[0, 0])
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda t: bool(t.any()),
+        lambda t: t[t > 0.5],
+        lambda t: t.tolist(),
+        lambda t: t.sum().item(),
+        lambda t: t.nonzero(),
+    ],
+    ids=["bool", "mask-index", "tolist", "item", "nonzero"],
+)
+def test_the_audit_refuses_each_kind_of_read(read):
+    t = torch.rand(5)
+    with pytest.raises(HostSyncError), no_host_sync():
+        read(t)
+    with no_host_sync():  # what a fixed-shape step does instead
+        torch.where(t > 0.5, t, 0.0).sum() / (t > 0.5).sum().clamp_min(1)
+        t[torch.tensor([0, 2])]  # an index of positions reads nothing
+
+
+@pytest.mark.parametrize("method, options", ADAPTING, ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("streams", [1, STREAMS])
+def test_the_fixed_shape_step_reads_nothing_and_adapts_as_the_eager_one(
+    confident_gn, method, options, streams
+):
+    start = {k: v.clone() for k, v in confident_gn.state_dict().items()}
+    eager, eager_history = _run(confident_gn, method, options, fixed=False, streams=streams)
+    confident_gn.load_state_dict(start)
+    fixed, history = _run(confident_gn, method, options, fixed=True, streams=streams, audited=True)
+    torch.testing.assert_close(fixed, eager, rtol=0, atol=1e-5)
+    for row, eager_row in zip(history, eager_history, strict=True):
+        assert row["updated"] == eager_row["updated"] and row["selected"] == eager_row["selected"]
+        assert row["recovered"] == eager_row["recovered"]
+    moved = [any(v) if isinstance(v, list) else v for v in (row["updated"] for row in history)]
+    assert any(moved)  # the streams adapted: the comparison compares adapted weights
+
+
+@pytest.mark.parametrize("method", ["tent", "zerosiam"])
+def test_tent_and_zerosiam_take_the_eager_steps_to_the_bit(confident_gn, method):
+    start = {k: v.clone() for k, v in confident_gn.state_dict().items()}
+    eager, _ = _run(confident_gn, method, {}, fixed=False)
+    confident_gn.load_state_dict(start)
+    fixed, _ = _run(confident_gn, method, {}, fixed=True)
+    assert torch.equal(fixed, eager)
+
+
+@pytest.mark.parametrize("streams", [1, STREAMS])
+def test_a_non_finite_step_is_held_back_on_the_device(confident_gn, streams):
+    """An input large enough to overflow the forward (finite itself, so it is not refused) gives a NaN
+    loss: the fixed-shape step runs whole, then puts every stream back and records why."""
+    adapter = zerosiam.adapt(confident_gn, "tent", lr=0.1, streams=streams, fixed_shape=True)
+    before = {name: p.detach().clone() for name, p in adapter.params.items()}
+    x = torch.full((2 * streams, 3, 8, 8), 3e38)
+    with no_host_sync():
+        _, _, record = adapter._step(x)
+    adapter.log.add(torch.zeros(2 * streams, 5), None, record)
+    for name, param in adapter.params.items():
+        assert torch.equal(param, before[name])
+    row = adapter.last
+    per_stream = (lambda v: v) if streams > 1 else (lambda v: [v])
+    assert per_stream(row["updated"]) == [False] * streams
+    assert per_stream(row["skipped"]) == [NON_FINITE] * streams
+    adapter.release()
+
+
+@pytest.mark.parametrize(
+    ("speed", "label"),
+    [
+        (Speed(fixed_shape=True), "fixed_shape"),
+        (Speed(graph=True), "graph"),
+        (Speed(channels_last=True, graph=True), "channels_last+graph"),
+    ],
+)
+def test_the_step_options_have_labels_that_read_back(speed, label):
+    assert speed.label == label and Speed.parse(label) == speed and not speed.eager
+    assert Speed(graph=True).fixed_shape  # the captured step is the fixed-shape one
+
+
+def test_graph_and_compile_are_refused_together():
+    with pytest.raises(ValueError, match="graph captures the eager step"):
+        Speed(compile=True, graph=True)
+
+
+def test_graph_off_a_gpu_is_refused_in_one_line_and_the_model_given_back(confident_gn):
+    weight = confident_gn.gn.weight
+    with pytest.raises(ValueError, match="graph captures CUDA graphs; the model is on cpu"):
+        zerosiam.adapt(confident_gn, "zerosiam", lr=0.1, predictor_lr=0.1, graph=True)
+    assert confident_gn.gn.weight is weight and weight.requires_grad  # as it came, and no longer held
+    zerosiam.adapt(confident_gn, "noadapt", graph=True).release()  # NoAdapt has no step to capture
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "named"),
+    [
+        ("sar", {}, "recover"),
+        ("eta", {}, "select1"),
+        ("deyo", {}, "select1"),
+        ("tent", {"guard": "rdumb"}, ""),
+    ],
+)
+def test_graph_refuses_what_it_cannot_capture_yet(monkeypatch, confident_gn, method, options, named):
+    from zerosiam.methods import capture
+
+    monkeypatch.setattr(capture, "_device_of", lambda adapter: torch.device("cuda"))  # as if on a GPU
+    with pytest.raises(ValueError, match=f"graph does not capture.*{named}"):
+        zerosiam.adapt(confident_gn, method, lr=0.1, graph=True, **options)
+    zerosiam.adapt(confident_gn, "tent", lr=0.1).release()  # given back: no longer held
