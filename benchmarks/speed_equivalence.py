@@ -61,9 +61,7 @@ def step_seconds(
     adapter, the record's bulk read included. With one torch thread on a shared machine, the CPU time is
     the work the step does; the wall time also holds the waits for the other jobs."""
     model = zerosiam.load_model(args.model).to(device)
-    adapter = zerosiam.adapt(
-        model, args.method, precision=args.precision, compile=speed.compile, channels_last=speed.channels_last
-    )
+    adapter = zerosiam.adapt(model, args.method, precision=args.precision, **speed.options)
     adapter(batches[0])  # warm-up: the compilation, when compiled
     wall, cpu = time.perf_counter(), time.process_time()
     for x in batches[1:]:

@@ -154,3 +154,17 @@ def test_graph_refuses_what_it_cannot_capture_yet(monkeypatch, confident_gn, met
     with pytest.raises(ValueError, match=f"graph does not capture.*{named}"):
         zerosiam.adapt(confident_gn, method, lr=0.1, graph=True, **options)
     zerosiam.adapt(confident_gn, "tent", lr=0.1).release()  # given back: no longer held
+
+
+def test_the_bench_flags_name_the_step_options():
+    import argparse
+
+    from zerosiam.cli import bench as command
+    from zerosiam.cli._errors import UsageError
+
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+    assert command._execution(parser.parse_args(["bench", "--fixed-shape"])).speed == Speed(fixed_shape=True)
+    assert command._execution(parser.parse_args(["bench", "--graph"])).speed == Speed(graph=True)
+    with pytest.raises(UsageError, match="graph captures the eager step"):
+        command._execution(parser.parse_args(["bench", "--graph", "--compile"]))

@@ -328,7 +328,7 @@ def _adapter(
     """The run's adapter on ``model``; with a prelude, a relay from the prelude's method to the run's.
     ``speed`` gives each leg its options, unless a grid set them as hyper-parameters of its own; with
     ``watch``, an unguarded run without a prelude wears ``auto``'s ``Watch``."""
-    options = {"compile": speed.compile, "channels_last": speed.channels_last}
+    options = speed.options
     guard = Watch() if watch and spec.guard == NO_GUARD and not spec.prelude else spec.guard
 
     def build(model: nn.Module, method: str, hparams: dict[str, Any]) -> Adapter:

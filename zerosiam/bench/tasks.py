@@ -47,12 +47,14 @@ class Execution:
     progress: bool = True  # show a bar of the runs
     compile: bool | str = False  # torch.compile each run's model forward (True, or a mode)
     channels_last: bool = False  # convolution weights and inputs in channels-last memory format
+    fixed_shape: bool = False  # every decision of a step on the device
+    graph: bool = False  # the fixed-shape step captured as a CUDA graph
     watch: bool = False  # unguarded runs watched by ``auto`` (``parts.guards.Watch``): set by ``execute``
 
     @property
     def speed(self) -> Speed:
-        """How each run's model forward runs (``zerosiam.methods.speed``)."""
-        return Speed(self.compile, self.channels_last)
+        """How each run's model forward and step run (``zerosiam.methods.speed``)."""
+        return Speed(self.compile, self.channels_last, self.fixed_shape, self.graph)
 
 
 @dataclass(frozen=True)

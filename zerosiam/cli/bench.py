@@ -142,6 +142,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="convolution weights and inputs in channels-last memory format (not part of a run's identity)",
     )
     parser.add_argument(
+        "--fixed-shape",
+        action="store_true",
+        help="every decision of a step on the device, no read of it mid-step (not part of a run's identity)",
+    )
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="capture each step as a CUDA graph and replay it (a GPU; tent, zerosiam; not part of a run's "
+        "identity)",
+    )
+    parser.add_argument(
         "--gpus-per-run", type=float, default=0.0, help="Ray: GPU resources per run (0.5 shares)"
     )
     parser.add_argument("--db", type=Path, default=Path("runs/results.db"))
@@ -300,7 +311,7 @@ def _execution(args: argparse.Namespace) -> Execution:
     from zerosiam.methods.speed import Speed
 
     try:
-        Speed(args.compile, args.channels_last)  # an unknown mode stops here, before any run
+        Speed(args.compile, args.channels_last, args.fixed_shape, args.graph)  # stops here, before any run
     except ValueError as error:
         raise UsageError(f"--compile: {error}") from None
     return Execution(
@@ -314,4 +325,6 @@ def _execution(args: argparse.Namespace) -> Execution:
         checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
         compile=args.compile,
         channels_last=args.channels_last,
+        fixed_shape=args.fixed_shape,
+        graph=args.graph,
     )

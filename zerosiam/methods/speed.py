@@ -14,6 +14,11 @@ it: the adapter keeps the same module tree, so its hooks (the head's ``FeatureTa
 * ``channels_last``: the 4-d parameters and buffers (convolution weights) are stored channels-last, and a
   forward pre-hook gives 4-d inputs the same layout, so convolutions run on NHWC tensors without a copy
   per layer (the layout tensor cores prefer).
+* ``fixed_shape``: every decision of a step (was a sample kept, is a gradient finite, did a stream
+  collapse) is device work on tensors of fixed shapes; the step runs whole and what must not move is put
+  back (``Layout.reads_device``). Tent's and ZeroSiam's steps are the eager ones to the bit; a filtered
+  loss rounds otherwise (``tests/methods/test_fixed_shape.py``).
+* ``graph``: that step captured as a CUDA graph and replayed (``zerosiam.methods.capture``).
 * ``compile``: the model's ``forward`` is replaced, on the instance, by ``torch.compile(forward)``. Its
   submodules' hooks (the head's ``FeatureTap``) are traced into the graph, and the backward through it is
   compiled too; the model's own hooks (``LogitsOutput``, the input's layout) run eagerly around it. Dynamo
@@ -44,7 +49,8 @@ Undo = Callable[[], None]
 @dataclass(frozen=True)
 class Speed:
     """How the model's forward runs: ``compile`` (False, True for torch's default mode, or a mode name)
-    and ``channels_last``. ``Speed()`` is the eager path."""
+    and ``channels_last``; how the step runs: ``fixed_shape`` (no read of the device mid-step) and
+    ``graph`` (that step captured as a CUDA graph). ``Speed()`` is the eager path."""
 
     compile: bool | str = False
     channels_last: bool = False
@@ -105,6 +111,16 @@ class Speed:
                     "fixed_shape, graph"
                 )
         return cls(compile_, **flags)
+
+    @property
+    def options(self) -> dict[str, bool | str]:
+        """The options as ``zerosiam.adapt``'s keywords."""
+        return {
+            "compile": self.compile,
+            "channels_last": self.channels_last,
+            "fixed_shape": self.fixed_shape,
+            "graph": self.graph,
+        }
 
     @property
     def on_model(self) -> bool:
