@@ -55,6 +55,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -454,8 +455,11 @@ def rows_of(
     }
     for speed in args.options:
         for method in args.option_methods:
-            measure(root, model, method, precision, device, args.batch_size, warm, speed)  # compiles
-            yield harness(method, speed)
+            try:
+                measure(root, model, method, precision, device, args.batch_size, warm, speed)  # compiles
+                yield harness(method, speed)
+            except Exception:  # an option that fails (a capture on a new torch) costs its row, not the rest
+                print(f"{method} {speed.label} failed:\n{traceback.format_exc()}", file=sys.stderr)
 
 
 def table(rows: list[dict], memory: str, peak_tflops: float, flops: dict[str, float]) -> str:

@@ -11,6 +11,11 @@
 #
 # Steps, in order of importance; each gets what is left of the deadline and is stopped with SIGTERM when it
 # runs out (what it measured is kept: gpu_check.py appends every row to rows.jsonl as it goes):
+#   graph64   ViT-B/16, batch 64, tf32 and bf16: Tent and ZeroSiam eager, the plain loop, then each with the
+#             fixed-shape step and with that step captured as a CUDA graph (zerosiam.methods.capture)
+#   graph1    the same at batch size 1, tf32
+#   graph_equivalence_tent, graph_equivalence_zerosiam
+#             the two options against eager on 10,000 CIFAR-10-C images (benchmarks/speed_equivalence.py)
 #   vit64     ViT-B/16, batch 64, tf32 and bf16: Tent, ZeroSiam, SAR, DeYO eager; the plain loop;
 #             ZeroSiam with channels_last, with compile and with CUDA graphs (compile:reduce-overhead);
 #             the profile of ZeroSiam's eager steps
@@ -41,7 +46,7 @@ images=${IMAGES:-2560}
 folder=${FOLDER:-/tmp/gpu_speed_folder}  # written once, read by every step
 mkdir -p "$out"
 left() { echo $(( deadline - $(date +%s) )); }
-steps=" ${STEPS:-vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
+steps=" ${STEPS:-graph64 graph1 graph_equivalence_tent graph_equivalence_zerosiam vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
 wanted() { [[ $steps == *" $1 "* ]]; }  # wanted NAME: whether STEPS names this step
 
 step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME, within the deadline
@@ -54,24 +59,6 @@ step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME
   echo "$name: exit $rc after $(( $(date +%s) - start )) s" | tee -a "$out/steps.txt"
 }
 
-python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
-      torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee "$out/steps.txt"
-smi=  # the GPU's utilisation, memory and clock every 5 s, beside the steps
-if command -v nvidia-smi > /dev/null; then
-  nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv -l 5 > "$out/gpu.csv" 2>&1 &
-  smi=$!
-fi
-
-step vit64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
-  --methods tent,zerosiam,sar,deyo --options channels_last,compile,compile:reduce-overhead \
-  --option-methods zerosiam --profile
-step resnet64 --models "$resnet" --precisions tf32,bf16 --batch-size 64 --images "$images" \
-  --methods tent,zerosiam,sar,deyo --options channels_last,compile+channels_last,compile \
-  --option-methods zerosiam --profile
-step vit1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS1:-256}" \
-  --methods tent,zerosiam --options compile:reduce-overhead,compile --option-methods zerosiam
-step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
-  --methods tent --options compile --option-methods tent
 extra() {  # extra NAME NEEDS KEEP LOG SCRIPT ARGS...: SCRIPT if NEEDS s are left, stopped KEEP s before the deadline
   local name=$1 needs=$2 keep=$3 log=$4; shift 4
   wanted "$name" || return 0
@@ -82,6 +69,34 @@ extra() {  # extra NAME NEEDS KEEP LOG SCRIPT ARGS...: SCRIPT if NEEDS s are lef
     echo "$name: skipped, deadline" | tee -a "$out/steps.txt"
   fi
 }
+
+python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee "$out/steps.txt"
+smi=  # the GPU's utilisation, memory and clock every 5 s, beside the steps
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv -l 5 > "$out/gpu.csv" 2>&1 &
+  smi=$!
+fi
+
+graph_options=${GRAPH_OPTIONS:-fixed_shape,graph}  # a CPU try: GRAPH_OPTIONS=fixed_shape (graph needs CUDA)
+step graph64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam --options "$graph_options" --option-methods tent,zerosiam
+step graph1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS1:-256}" \
+  --methods tent,zerosiam --options "$graph_options" --option-methods tent,zerosiam
+for method in tent zerosiam; do  # the captured step against the eager one: 10,000 real images, ResNet-26-GN
+  extra "graph_equivalence_$method" 300 240 "graph_equivalence_$method.log" benchmarks/speed_equivalence.py \
+    --device "$device" --method "$method" --options "$graph_options"
+done
+step vit64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam,sar,deyo --options channels_last,compile,compile:reduce-overhead \
+  --option-methods zerosiam --profile
+step resnet64 --models "$resnet" --precisions tf32,bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam,sar,deyo --options channels_last,compile+channels_last,compile \
+  --option-methods zerosiam --profile
+step vit1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS1:-256}" \
+  --methods tent,zerosiam --options compile:reduce-overhead,compile --option-methods zerosiam
+step vit64_tent --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
+  --methods tent --options compile --option-methods tent
 # the guards' cost on the GPU (ratios to the unguarded step, beside it), leaving a minute for the equivalence
 extra guard_cost 90 60 guard_cost.md benchmarks/guard_cost.py --device "$device" --repeats 3
 extra streams 120 60 streams.md benchmarks/streams.py --device "$device" --model resnet26_gn \

@@ -165,3 +165,63 @@ def test_an_unknown_compile_mode_on_the_command_line_is_a_usage_error():
     command.register(parser.add_subparsers())
     with pytest.raises(UsageError, match="--compile"):
         command._execution(parser.parse_args(["bench", "--compile", "fastest"]))
+
+
+@pytest.mark.parametrize("method", ["tent", "zerosiam"])
+def test_frozen_bf16_gives_the_bf16_forwards_predictions_to_the_bit(tiny_gn: TinyGN, images, method):
+    """Autocast casts a frozen float32 weight to bfloat16 at every forward; stored in bfloat16 once, the
+    forward sees the same values, so every step predicts and adapts alike."""
+    start = {k: v.clone() for k, v in tiny_gn.state_dict().items()}
+
+    def predictions(**options) -> torch.Tensor:
+        tiny_gn.load_state_dict(start)
+        adapter = zerosiam.adapt(tiny_gn, method, lr=0.5, predictor_lr=0.5, precision="bf16", **options)
+        steps = torch.stack([adapter(images + 0.1 * step).detach() for step in range(3)])
+        if options:
+            assert tiny_gn.conv.weight.dtype == torch.bfloat16 and tiny_gn.gn.weight.dtype == torch.float32
+        adapter.release()
+        assert tiny_gn.conv.weight.dtype == torch.float32 and tiny_gn.fc.bias.dtype == torch.float32
+        return steps
+
+    assert torch.equal(predictions(frozen_bf16=True), predictions())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"method": "tent", "frozen_bf16": True}, "precision is fp32"),
+        ({"method": "deyo", "frozen_bf16": True, "precision": "bf16"}, "frozen_bf16 does not take deyo"),
+        ({"method": "tent", "attention": "fastest"}, "unknown attention backend 'fastest'"),
+    ],
+)
+def test_what_the_forward_options_cannot_do_is_refused_in_one_line(tiny_gn: TinyGN, options, message):
+    options = dict(options)
+    with pytest.raises(ValueError, match=message):
+        zerosiam.adapt(tiny_gn, options.pop("method"), lr=0.1, **options)
+    assert tiny_gn.conv.weight.dtype == torch.float32 and "forward" not in vars(tiny_gn)
+    zerosiam.adapt(tiny_gn, "tent", lr=0.1).release()  # handed back: no longer held
+
+
+def test_attention_runs_every_forward_on_the_backend_named():
+    """A transformer's attention under ``attention:math`` computes what ``sdpa_kernel(MATH)`` computes,
+    bit for bit, and ``release`` takes the choice off."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, norm_first=True, dropout=0.0)
+    model = torch.nn.Sequential(layer, torch.nn.Flatten(), torch.nn.Linear(16 * 4, 3)).eval()
+    x = torch.rand(5, 4, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        expected = model(x)
+    adapter = zerosiam.adapt(model, "noadapt", attention="math")
+    assert torch.equal(adapter(x), expected)
+    adapter.release()
+    assert "forward" not in vars(model)
+
+
+@pytest.mark.parametrize(
+    ("speed", "label"),
+    [(Speed(attention="math"), "attention:math"), (Speed(frozen_bf16=True), "frozen_bf16")],
+)
+def test_the_forward_options_have_labels_that_read_back(speed: Speed, label: str):
+    assert speed.label == label and Speed.parse(label) == speed and not speed.eager

@@ -147,6 +147,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="every decision of a step on the device, no read of it mid-step (not part of a run's identity)",
     )
     parser.add_argument(
+        "--attention",
+        metavar="BACKEND",
+        help="scaled-dot-product attention on one backend: math, efficient, flash or cudnn (not part of a "
+        "run's identity)",
+    )
+    parser.add_argument(
+        "--frozen-bf16",
+        action="store_true",
+        help="bf16 runs: frozen linear and convolution weights stored in bfloat16 (not part of a run's "
+        "identity)",
+    )
+    parser.add_argument(
         "--graph",
         action="store_true",
         help="capture each step as a CUDA graph and replay it (a GPU; tent, zerosiam; not part of a run's "
@@ -311,9 +323,11 @@ def _execution(args: argparse.Namespace) -> Execution:
     from zerosiam.methods.speed import Speed
 
     try:
-        Speed(args.compile, args.channels_last, args.fixed_shape, args.graph)  # stops here, before any run
+        speed = Speed(
+            args.compile, args.channels_last, args.fixed_shape, args.graph, args.attention, args.frozen_bf16
+        )  # an unknown mode or backend, or options that do not go together, stop here, before any run
     except ValueError as error:
-        raise UsageError(f"--compile: {error}") from None
+        raise UsageError(f"--compile, --attention, --graph: {error}") from None
     return Execution(
         backend=args.backend,
         workers=args.workers,
@@ -323,8 +337,5 @@ def _execution(args: argparse.Namespace) -> Execution:
         gpus_per_run=args.gpus_per_run,
         stack=args.stack,
         checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
-        compile=args.compile,
-        channels_last=args.channels_last,
-        fixed_shape=args.fixed_shape,
-        graph=args.graph,
+        **speed.options,
     )

@@ -140,6 +140,8 @@ def adapt(
     channels_last: bool = False,
     fixed_shape: bool = False,
     graph: bool = False,
+    attention: str | None = None,
+    frozen_bf16: bool = False,
     **overrides,
 ) -> OnlineModel:
     """Wrap ``model`` for online test-time adaptation by ``method`` (an ``Adapter``; for ``noadapt``,
@@ -170,6 +172,9 @@ def adapt(
     ``fixed_shape`` takes every decision of a step on the device (no read of it mid-step: the streams that
     must not move are put back after a whole step); ``graph`` captures that step as a CUDA graph and
     replays it (a GPU; Tent, ZeroSiam and their variants, unguarded so far; ``zerosiam.methods.capture``).
+    ``attention`` (``math``, ``efficient``, ``flash``, ``cudnn``) runs scaled-dot-product attention on one
+    backend; ``frozen_bf16`` stores frozen linear and convolution weights in bfloat16 under
+    ``precision="bf16"`` (``zerosiam.methods.speed``).
 
     ``model`` may be any classifier: timm, torchvision, the zoo, a Hugging Face ``transformers`` image
     classifier (``AutoModelForImageClassification``: its ``pixel_values`` is the first positional
@@ -184,7 +189,7 @@ def adapt(
     built, or in its first forward, hands the model back as it came before it goes on (``docs/methods.md``,
     "What adapt refuses").
     """
-    speed = Speed(compile, channels_last, fixed_shape, graph)
+    speed = Speed(compile, channels_last, fixed_shape, graph, attention, frozen_bf16)
     recipe, extras = _apply_overrides(get_recipe(method), dict(overrides))
     if guard is not None:
         recipe = recipe.with_(guard=guard_named(guard) if isinstance(guard, str) else guard)

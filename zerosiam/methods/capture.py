@@ -49,7 +49,7 @@ def check_capturable(adapter: Adapter) -> None:
     if adapter.recipe.guard is not None:
         raise ValueError(f"graph does not capture a guarded step yet ({type(adapter.recipe.guard).__name__})")
     stateful = sorted(adapter.stateful_parts())
-    random = [key for key, part in adapter.recipe.parts().items() if getattr(part, "draws_at_random", False)]
+    random = [key for key, part in adapter.recipe.parts().items() if getattr(part, "second_view", False)]
     if stateful or random:
         parts = ", ".join(stateful + random)
         raise ValueError(

@@ -344,8 +344,12 @@ def in_dtype_of(model: nn.Module, x: Tensor) -> Tensor:
     other input is left as it is, for ``check_input`` to refuse in one line."""
     if not isinstance(x, Tensor) or not x.is_floating_point():
         return x
-    weights = (t for t in itertools.chain(model.parameters(), model.buffers()) if t.is_floating_point())
-    dtype = next(weights, x).dtype
+    tensors = itertools.chain(
+        (p for p in model.parameters() if p.requires_grad),  # the weights that learn, first: frozen
+        model.parameters(),  # ones may be stored in bfloat16 for speed (``frozen_bf16``)
+        model.buffers(),
+    )
+    dtype = next((t for t in tensors if t.is_floating_point()), x).dtype
     return x if x.dtype == dtype else x.to(dtype)
 
 

@@ -19,6 +19,12 @@ it: the adapter keeps the same module tree, so its hooks (the head's ``FeatureTa
   back (``Layout.reads_device``). Tent's and ZeroSiam's steps are the eager ones to the bit; a filtered
   loss rounds otherwise (``tests/methods/test_fixed_shape.py``).
 * ``graph``: that step captured as a CUDA graph and replayed (``zerosiam.methods.capture``).
+* ``attention:BACKEND``: every forward runs scaled-dot-product attention on one backend (``math``: plain
+  matrix products, on TF32 tensor cores under ``tf32``; ``efficient``, ``flash``, ``cudnn``), where torch
+  would otherwise choose (on an H200 in tf32, the float32 memory-efficient kernel: 40 % of ViT-B/16's
+  kernel time, no tensor cores; ``docs/efficiency.md``).
+* ``frozen_bf16``: under ``precision="bf16"``, the frozen weights of linear and convolution layers stored
+  in bfloat16 once, instead of cast by autocast at every forward (the same values: the same predictions).
 * ``compile``: the model's ``forward`` is replaced, on the instance, by ``torch.compile(forward)``. Its
   submodules' hooks (the head's ``FeatureTap``) are traced into the graph, and the backward through it is
   compiled too; the model's own hooks (``LogitsOutput``, the input's layout) run eagerly around it. Dynamo
@@ -33,11 +39,18 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from zerosiam.methods.adapter import Adapter
 from zerosiam.methods.capture import capture_steps
 from zerosiam.methods.online import OnlineModel
 
+ATTENTION_BACKENDS = {
+    "math": SDPBackend.MATH,  # matrix products and a softmax: TF32 tensor cores under tf32
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,  # half precision only on a GPU
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # A benchmark worker runs many methods, precisions and batch shapes through one model class's forward;
 # each is a compiled entry of that code object. Past torch's default of 8, dynamo would silently fall back
@@ -56,8 +69,14 @@ class Speed:
     channels_last: bool = False
     fixed_shape: bool = False
     graph: bool = False
+    attention: str | None = None  # a backend of scaled-dot-product attention (ATTENTION_BACKENDS)
+    frozen_bf16: bool = False  # the frozen weights of linear and convolution layers stored in bfloat16
 
     def __post_init__(self) -> None:
+        if self.attention is not None and self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"unknown attention backend {self.attention!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"
+            )
         if self.graph and self.mode is not None:
             raise ValueError(
                 f"graph captures the eager step; it does not take compile ({self.mode}): use one of them"
@@ -82,7 +101,7 @@ class Speed:
     @property
     def eager(self) -> bool:
         """Whether every option is off: the model is left as it is."""
-        return self.mode is None and not self.channels_last and not self.fixed_shape
+        return not self.on_model and not self.fixed_shape
 
     @property
     def label(self) -> str:
@@ -91,6 +110,8 @@ class Speed:
         mode = self.mode
         parts = [] if mode is None else ["compile" if mode == "default" else f"compile:{mode}"]
         parts += ["channels_last"] if self.channels_last else []
+        parts += [f"attention:{self.attention}"] if self.attention else []
+        parts += ["frozen_bf16"] if self.frozen_bf16 else []
         parts += ["graph"] if self.graph else ["fixed_shape"] if self.fixed_shape else []
         return "+".join(parts) or "eager"
 
@@ -98,19 +119,22 @@ class Speed:
     def parse(cls, label: str) -> Speed:
         """The options a ``label`` names; a one-line ``ValueError`` for anything else."""
         compile_: bool | str = False
-        flags = {"channels_last": False, "fixed_shape": False, "graph": False}
+        attention = None
+        flags = {"channels_last": False, "fixed_shape": False, "graph": False, "frozen_bf16": False}
         for part in filter(None, label.strip().split("+")):
             name, _, mode = part.partition(":")
             if name in flags and not mode:
                 flags[name] = True
             elif name == "compile":
                 compile_ = mode or True
+            elif name == "attention" and mode:
+                attention = mode
             elif name != "eager" or mode:
                 raise ValueError(
                     f"unknown speed option {part!r} in {label!r}; use eager, channels_last, compile, "
-                    "fixed_shape, graph"
+                    "attention:BACKEND, frozen_bf16, fixed_shape, graph"
                 )
-        return cls(compile_, **flags)
+        return cls(compile_, attention=attention, **flags)
 
     @property
     def options(self) -> dict[str, bool | str]:
@@ -120,19 +144,25 @@ class Speed:
             "channels_last": self.channels_last,
             "fixed_shape": self.fixed_shape,
             "graph": self.graph,
+            "attention": self.attention,
+            "frozen_bf16": self.frozen_bf16,
         }
 
     @property
     def on_model(self) -> bool:
         """Whether an option acts on the model's forward (``apply``); ``fixed_shape`` and ``graph`` act on
         the adapter's step instead (``with_speed``)."""
-        return self.mode is not None or self.channels_last
+        return self.mode is not None or self.channels_last or bool(self.attention) or self.frozen_bf16
 
     def apply(self, model: nn.Module) -> Undo:
         """Put the options on ``model`` in place; returns what puts it back as it was."""
         if isinstance(model, torch.jit.ScriptModule):
             raise ValueError(f"{self.label} does not apply to a TorchScript model: it takes no hooks")
         undos = [_channels_last(model)] if self.channels_last else []
+        if self.frozen_bf16:
+            undos.append(_frozen_in_bf16(model))
+        if self.attention:  # under compile, so that the compiled forward is the one that chooses
+            undos.append(_attention(model, ATTENTION_BACKENDS[self.attention]))
         if self.mode is not None:
             undos.append(_compiled(model, self.mode))
 
@@ -147,6 +177,8 @@ def with_speed(wrapper: OnlineModel, speed: Speed) -> OnlineModel:
     """``wrapper``'s model with ``speed``'s options on, taken off again by ``wrapper.release()``, which
     hands the model back as it came. Applied after the wrapper is built, so its hooks are in place
     before a compiler traces the forward and its preparation (EATA's Fisher) ran eagerly."""
+    if speed.frozen_bf16:
+        _check_frozen_bf16(wrapper)
     if speed.on_model:
         try:
             undo = speed.apply(wrapper.model)
@@ -185,6 +217,68 @@ def _channels_last_input(module: nn.Module, args: tuple) -> tuple | None:
     if not args or not isinstance(args[0], Tensor) or args[0].ndim != 4:
         return None
     return (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
+
+
+def _check_frozen_bf16(wrapper: OnlineModel) -> None:
+    """Refuse, in one line and with the model handed back, ``frozen_bf16`` without a bf16 forward or with
+    a part that runs the model outside it (DeYO's second view: ``selection.SECOND_VIEW``)."""
+    second = [key for key, part in wrapper.recipe.parts().items() if getattr(part, "second_view", False)]
+    precision = wrapper.settings.precision
+    if precision == "bf16" and not second:
+        return
+    wrapper.release()
+    if second:
+        raise ValueError(
+            f"frozen_bf16 does not take {wrapper.recipe.name}: its {', '.join(second)} runs the model "
+            "outside the bf16 forward, on float32 weights"
+        )
+    raise ValueError(
+        f"frozen_bf16 keeps frozen weights in bfloat16 for a bf16 forward; precision is {precision}: "
+        "add precision='bf16' or leave frozen_bf16 off"
+    )
+
+
+def _frozen_in_bf16(model: nn.Module) -> Undo:
+    """The frozen float32 weights and biases of ``model``'s linear and convolution layers stored in
+    bfloat16. Autocast casts them to bfloat16 for every forward anyway (it caches only the casts of
+    weights that learn), so the forward computes the same values without the casts; the norms, which
+    autocast runs in float32, and every weight that learns stay as they are."""
+    layers = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    kept = [
+        (param, param.data)
+        for module in model.modules()
+        if isinstance(module, layers)
+        for param in (module.weight, module.bias)
+        if param is not None and not param.requires_grad and param.dtype == torch.float32
+    ]
+    for param, data in kept:
+        param.data = data.to(torch.bfloat16)
+
+    def undo() -> None:
+        for param, data in kept:
+            param.data = data
+
+    return undo
+
+
+def _attention(model: nn.Module, backend: SDPBackend) -> Undo:
+    """Every forward of ``model`` with scaled-dot-product attention on ``backend`` (the backward follows
+    the forward's kernel)."""
+    own = model.__dict__.get("forward")
+    forward = model.forward
+
+    def attended(*args: object, **kwargs: object) -> object:
+        with sdpa_kernel(backend):
+            return forward(*args, **kwargs)
+
+    model.forward = attended
+
+    def undo() -> None:
+        del model.forward
+        if own is not None:
+            model.forward = own
+
+    return undo
 
 
 def _compiled(model: nn.Module, mode: str) -> Undo:

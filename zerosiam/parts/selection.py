@@ -57,6 +57,11 @@ def uncertainty(batch: Batch, measure: str | PerSample = "entropy") -> Tensor:
     return batch.cache[key]
 
 
+SECOND_VIEW = """A part marked ``second_view`` forwards a second, patch-shuffled view of the batch (DeYO's
+PLPD): its patch orders are drawn on the host at each step (a captured step cannot replay them), and it
+runs the model outside the forward's autocast (its frozen weights must stay float32)."""
+
+
 # --- sample selection -----------------------------------------------------------------------------
 
 
@@ -205,7 +210,7 @@ class PLPDAbove:
     threshold: float
     grid: int = 4  # methods.md: DeYO's 4×4 patch grid
     modalities = ("image",)
-    draws_at_random = True  # the patch orders, on the host (a captured step cannot replay them)
+    second_view = True  # SECOND_VIEW
 
     def __call__(self, batch: Batch) -> Tensor:
         return plpd(batch, self.grid) > self.threshold
@@ -248,7 +253,7 @@ class DeYOWeight:
     margin: Margin = Margin(0.4)  # methods.md: DeYO E0 = 0.4·ln C for the weight (0.5·ln C for the filter)
     measure: str | PerSample = "entropy"
     modalities = ("image",)
-    draws_at_random = True  # through the PLPD's patch orders
+    second_view = True  # SECOND_VIEW, through the PLPD
 
     def __call__(self, batch: Batch) -> Tensor:
         confidence = torch.exp(self.margin.nats(batch.logits.shape[-1]) - uncertainty(batch, self.measure))
