@@ -1,6 +1,6 @@
 """Time per batch and peak memory of every method, each as a ratio to Tent measured in the same run.
 
-    PYTHONPATH=. python benchmarks/efficiency.py --model resnet20 --rounds 3 --out docs/efficiency.md
+    PYTHONPATH=. python benchmarks/efficiency.py --model resnet20 --rounds 3 --out docs/efficiency_log.md
 
 Time is reported twice: the wall-clock time per batch and the CPU time the process spent on it
 (``time.process_time``). With one torch thread per worker (the default) the CPU time is the work the

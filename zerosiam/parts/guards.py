@@ -133,7 +133,7 @@ class SourceProbe:
     default) costs a batch-1 step on a CPU a quarter more (a source forward for each forward and
     backward); ``sample=8`` costs 5 % but judges a stream every 128 steps instead of 16, and on the
     ResNet-26's blind spot left 11 of 24 cells more than a point below not adapting, against 6 (both with
-    the first settings below; ``docs/efficiency.md``, ``docs/guard.md``).
+    the first settings below; ``docs/efficiency_log.md``, ``docs/guard.md``).
 
     With ``escalate`` (the default since 2026-12-05), a stream found unhealthy again at the probe right
     after it was rolled back goes back to the source instead: the snapshot it was rolled back to was
