@@ -8,6 +8,8 @@ mean of a few samples rounds alike either way; the bar is float rounding).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -168,3 +170,34 @@ def test_the_bench_flags_name_the_step_options():
     assert command._execution(parser.parse_args(["bench", "--graph"])).speed == Speed(graph=True)
     with pytest.raises(UsageError, match="graph captures the eager step"):
         command._execution(parser.parse_args(["bench", "--graph", "--compile"]))
+
+
+@pytest.mark.parametrize("stepped_before", [0, 2])
+def test_the_warm_up_before_a_capture_is_undone_in_place(confident_gn, stepped_before):
+    """A capture runs warm-up steps first; ``_put_back`` must leave the adapter where it was, in the very
+    tensors a captured step will read (weights, predictor, momentum), with every momentum buffer made:
+    a zero one where there was none, which SGD's first step gives to the bit. The step after it is then
+    the step an adapter without the warm-up takes."""
+    from zerosiam.methods import capture
+
+    twin_model = copy.deepcopy(confident_gn)
+    adapter = zerosiam.adapt(confident_gn, "zerosiam", lr=0.5, predictor_lr=0.5, fixed_shape=True)
+    twin = zerosiam.adapt(twin_model, "zerosiam", lr=0.5, predictor_lr=0.5)
+    batches = _streams_of_batches(per_stream=4)[:, 0]
+    for x in batches[:stepped_before]:
+        adapter(x), twin(x)
+    saved = capture._save(adapter)
+    before = adapter.snapshot()
+    tensors = [*adapter.trainable]
+    for x in batches[stepped_before : stepped_before + 3]:  # the warm-up
+        adapter._step(x)
+    capture._put_back(adapter, saved)
+    assert all(a is b for a, b in zip(tensors, adapter.trainable, strict=True))
+    for part in ("params", "predictor"):
+        for name, value in before[part].items():
+            assert torch.equal(adapter.snapshot()[part][name], value)
+    assert all(adapter.optimizer.state[p]["momentum_buffer"] is not None for p in adapter.trainable)
+    for x in batches[stepped_before : stepped_before + 2]:
+        assert torch.equal(adapter(x), twin(x))
+    for name, value in twin.snapshot()["params"].items():
+        assert torch.equal(adapter.snapshot()["params"][name], value)
