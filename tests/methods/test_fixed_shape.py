@@ -18,6 +18,7 @@ from tests.methods.test_streams import METHODS, STREAMS, _streams_of_batches
 from zerosiam.methods.speed import Speed
 from zerosiam.parts.hostsync import HostSyncError, no_host_sync
 from zerosiam.parts.learner import NON_FINITE
+from zerosiam.parts.recovery import ema_below
 
 ADAPTING = [(method, options) for method, options in METHODS if method != "noadapt"]
 
@@ -143,9 +144,8 @@ def test_graph_off_a_gpu_is_refused_in_one_line_and_the_model_given_back(confide
 @pytest.mark.parametrize(
     ("method", "options", "named"),
     [
-        ("sar", {}, "recover"),
-        ("eta", {}, "select1"),
         ("deyo", {}, "select1"),
+        ("come", {}, "select1"),
         ("tent", {"guard": "rdumb"}, ""),
     ],
 )
@@ -172,17 +172,22 @@ def test_the_bench_flags_name_the_step_options():
         command._execution(parser.parse_args(["bench", "--graph", "--compile"]))
 
 
+CAPTURED = [("zerosiam", {}), ("sar", {"recover": ema_below(0.6)}), ("eta", {})]
+
+
+@pytest.mark.parametrize("method, options", CAPTURED, ids=lambda v: v if isinstance(v, str) else "")
 @pytest.mark.parametrize("stepped_before", [0, 2])
-def test_the_warm_up_before_a_capture_is_undone_in_place(confident_gn, stepped_before):
+def test_the_warm_up_before_a_capture_is_undone_in_place(confident_gn, method, options, stepped_before):
     """A capture runs warm-up steps first; ``_put_back`` must leave the adapter where it was, in the very
-    tensors a captured step will read (weights, predictor, momentum), with every momentum buffer made:
-    a zero one where there was none, which SGD's first step gives to the bit. The step after it is then
-    the step an adapter without the warm-up takes."""
+    tensors a captured step will read (weights, predictor, momentum, the rules' running state), with every
+    momentum buffer made: a zero one where there was none, which SGD's first step gives to the bit. The
+    steps after it are then the steps of an adapter without the warm-up."""
     from zerosiam.methods import capture
 
     twin_model = copy.deepcopy(confident_gn)
-    adapter = zerosiam.adapt(confident_gn, "zerosiam", lr=0.5, predictor_lr=0.5, fixed_shape=True)
-    twin = zerosiam.adapt(twin_model, "zerosiam", lr=0.5, predictor_lr=0.5)
+    build = dict(lr=0.5, predictor_lr=0.5, fixed_shape=True, **options)
+    adapter = zerosiam.adapt(confident_gn, method, **build)
+    twin = zerosiam.adapt(twin_model, method, **copy.deepcopy(build))
     batches = _streams_of_batches(per_stream=4)[:, 0]
     for x in batches[:stepped_before]:
         adapter(x), twin(x)
@@ -197,7 +202,28 @@ def test_the_warm_up_before_a_capture_is_undone_in_place(confident_gn, stepped_b
         for name, value in before[part].items():
             assert torch.equal(adapter.snapshot()[part][name], value)
     assert all(adapter.optimizer.state[p]["momentum_buffer"] is not None for p in adapter.trainable)
-    for x in batches[stepped_before : stepped_before + 2]:
+    for x in batches[stepped_before:]:
         assert torch.equal(adapter(x), twin(x))
     for name, value in twin.snapshot()["params"].items():
         assert torch.equal(adapter.snapshot()["params"][name], value)
+    assert [row["recovered"] for row in adapter.history] == [row["recovered"] for row in twin.history]
+
+
+@pytest.mark.parametrize("method, options", CAPTURED[1:], ids=lambda v: v if isinstance(v, str) else "")
+def test_the_rules_state_stays_in_the_memory_a_capture_saw(confident_gn, method, options):
+    """SAR's recovery average and EATA's redundancy mean are written in place from their first value on,
+    through steps, a reset and a checkpoint loaded: a captured step goes on reading them."""
+    adapter = zerosiam.adapt(confident_gn, method, lr=0.5, fixed_shape=True, **options)
+    (part,) = adapter.stateful_parts().values()
+    name = "ema" if hasattr(part, "ema") else "mean"
+    batches = _streams_of_batches(per_stream=4)[:, 0]
+    adapter(batches[0])
+    state = getattr(part, name)
+    saved = adapter.state_dict()
+    for x in batches[1:]:
+        adapter(x)
+    adapter.reset()
+    assert getattr(part, name) is state and state.isnan().all()
+    adapter.load_state_dict(saved)
+    (kept,) = saved["parts"].values()
+    assert getattr(part, name) is state and torch.equal(state, kept[name])

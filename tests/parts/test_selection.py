@@ -45,8 +45,10 @@ def test_not_redundant_follows_the_moving_average_of_kept_predictions():
     assert torch.allclose(rule.mean, expected)
     rule.observe(batch_of(new), torch.tensor([False, False]))  # nothing kept: unchanged
     assert torch.allclose(rule.mean, expected)
-    rule.reset()
-    assert rule.mean is None
+    rule.reset()  # none yet: NaN in the same memory, read as no average
+    assert rule.mean.isnan().all() and rule(batch_of(new)).all()
+    rule.observe(batch_of(new), torch.tensor([True, False]))  # the first kept mean starts it again
+    assert torch.allclose(rule.mean, new[0].softmax(-1))
 
 
 def test_redundancy_epsilon_depends_on_the_class_count():

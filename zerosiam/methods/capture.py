@@ -19,11 +19,11 @@ momentum buffers). Those would adapt the model, so the adapter's weights, predic
 before them and put back after, in place, and they are not recorded.
 
 What runs outside the graph, eagerly: the input check (a non-finite batch is refused before any work,
-as on every path), the record's log and the stall watch. Captured so far: recipes whose parts keep no state
-between steps and draw nothing at random (Tent, ZeroSiam and their variants), unguarded. SAR's recovery
-average and EATA's redundancy mean are replaced every step rather than updated in place, DeYO's and COME's
-patch orders are drawn on the host each step, and a guard acts between steps: each is refused in one line
-until it is built (``docs/efficiency.md``).
+as on every path), the record's log and the stall watch. Captured so far: Tent, ZeroSiam, SAR, EATA and
+their variants, unguarded (SAR's recovery average and EATA's redundancy mean are written in place:
+``state_in_place``, ``zerosiam.parts.hostsync.kept_in_place``). DeYO's and COME's patch orders are drawn
+on the host each step (they would be inputs of the graph, drawn before each replay), and a guard acts
+between steps, rolling back and slowing streams: each is refused in one line until it is built.
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def check_capturable(adapter: Adapter) -> None:
         raise ValueError(f"graph captures CUDA graphs; the model is on {device}: use fixed_shape off a GPU")
     if adapter.recipe.guard is not None:
         raise ValueError(f"graph does not capture a guarded step yet ({type(adapter.recipe.guard).__name__})")
-    stateful = sorted(adapter.stateful_parts())
-    random = [key for key, part in adapter.recipe.parts().items() if getattr(part, "second_view", False)]
-    if stateful or random:
-        parts = ", ".join(stateful + random)
+    stateful = adapter.stateful_parts().items()
+    replaced = [key for key, part in stateful if not getattr(part, "state_in_place", False)]
+    drawn = [key for key, part in adapter.recipe.parts().items() if getattr(part, "second_view", False)]
+    if replaced or drawn:
         raise ValueError(
-            f"graph does not capture {adapter.recipe.name} yet: its parts ({parts}) keep state between steps "
-            "or draw at random on the host; capturable: tent, zerosiam and their variants"
+            f"graph does not capture {adapter.recipe.name} yet: its {', '.join(replaced + drawn)} "
+            + ("draws patch orders on the host" if drawn else "replaces its state between steps")
+            + "; capturable: tent, zerosiam, sar, eata and their variants"
         )
 
 
@@ -99,13 +100,20 @@ class CapturedStep:
 
 
 def _save(adapter: Adapter) -> dict[str, Any]:
-    """What a warm-up step changes: the weights and predictor (a snapshot) and the momentum buffers."""
+    """What a warm-up step changes: the weights and predictor (a snapshot), the momentum buffers and the
+    rules' running state."""
     momentum = {
         param: state["momentum_buffer"].clone()
         for param, state in adapter.optimizer.state.items()
         if state.get("momentum_buffer") is not None
     }
-    return {"weights": adapter.snapshot(), "predictor": adapter.predictor is not None, "momentum": momentum}
+    parts = {key: part.state_dict() for key, part in adapter.stateful_parts().items()}
+    return {
+        "weights": adapter.snapshot(),
+        "predictor": adapter.predictor is not None,
+        "momentum": momentum,
+        "parts": parts,
+    }
 
 
 def _put_back(adapter: Adapter, saved: dict[str, Any]) -> None:
@@ -125,6 +133,8 @@ def _put_back(adapter: Adapter, saved: dict[str, Any]) -> None:
                     buffer.copy_(saved["momentum"][param])
                 else:
                     buffer.zero_()
+    for key, part in adapter.stateful_parts().items():  # in place (``state_in_place``): NaN for none yet
+        part.load_state_dict(saved["parts"][key])
     adapter.optimizer.zero_grad(set_to_none=True)
 
 

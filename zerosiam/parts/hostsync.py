@@ -7,12 +7,14 @@ be captured at all. On a GPU each of them also stops the host until the device h
 step's kernels are not queued while this one runs. torch reports them on a GPU only
 (``torch.cuda.set_sync_debug_mode``); on a CPU nothing waits, so nothing reports them. ``no_host_sync``
 refuses them on any device, naming the operation, so that the fixed-shape step (``Layout.reads_device``
-False) is checked on a CPU, in CI.
+False) is checked on a CPU, in CI. ``kept_in_place`` and ``none_yet`` are how a rule's running state stays
+in the memory a captured step reads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,3 +61,22 @@ def no_host_sync() -> Iterator[None]:
     """Inside the block, any read of the device to the host raises ``HostSyncError`` naming it."""
     with _RefuseHostCopies(), _RefuseReads():
         yield
+
+
+def kept_in_place(current: Any, new: Any) -> Any:
+    """A rule's running state ``new`` written into ``current`` when both are tensors of one shape, else
+    ``new``: a captured step reads and writes the memory it saw at capture, so state that a step replaces
+    with a new tensor would go stale on the next replay. The values are ``new``'s either way."""
+    tensors = isinstance(current, torch.Tensor) and isinstance(new, torch.Tensor) and current is not new
+    if tensors and (current.shape, current.dtype, current.device) == (new.shape, new.dtype, new.device):
+        with torch.no_grad():
+            return current.copy_(new)
+    return new
+
+
+def none_yet(current: Any) -> Any:
+    """A rule's running state back to "none yet": a tensor is filled with NaN in place (what both paths
+    read as no value, and what a captured step still reads), anything else is None."""
+    if isinstance(current, torch.Tensor):
+        return current.fill_(math.nan)
+    return None

@@ -151,7 +151,10 @@ class OneStream(Layout):
         if not mask.any():
             return mean
         current = values[mask].mean(0)
-        return current if mean is None else momentum * mean + (1 - momentum) * current
+        if mean is None:
+            return current
+        # a NaN mean is none yet, as ``none_yet`` leaves it (the same bits as None where it is not)
+        return torch.where(mean.isnan(), current, momentum * mean + (1 - momentum) * current)
 
     def hold_rows(self, optimizer: torch.optim.Optimizer) -> HeldRows | None:
         return None

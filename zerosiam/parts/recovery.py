@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from zerosiam.parts.contract import Evaluation
+from zerosiam.parts.hostsync import kept_in_place, none_yet
 
 
 class EmaBelow:
@@ -26,6 +27,8 @@ class EmaBelow:
     collapse is measured from the fresh model. (SAR's released code reassigns the old average right
     after resetting, so there it is not cleared; we follow the paper's description.)
     """
+
+    state_in_place = True  # a captured step can replay it (``zerosiam.parts.hostsync.kept_in_place``)
 
     def __init__(self, floor: float = 0.2, momentum: float = 0.9) -> None:  # methods.md: SAR code
         self.floor = floor
@@ -61,7 +64,7 @@ class EmaBelow:
         followed = torch.where(ema.isnan(), value, self.momentum * ema + (1 - self.momentum) * value)
         ema = torch.where(value.isfinite(), followed, ema)
         collapsed = ema < self.floor  # False where NaN: no average yet
-        self.ema = torch.where(collapsed, math.nan, ema)
+        self.ema = kept_in_place(self.ema, torch.where(collapsed, math.nan, ema))
         return collapsed
 
     def first_fire(self, objectives: Iterable[float]) -> int | None:
@@ -78,13 +81,17 @@ class EmaBelow:
         return None
 
     def reset(self) -> None:
-        self.ema = None
+        self.ema = none_yet(self.ema)
 
     def state_dict(self) -> dict[str, Any]:
         return {"ema": self.ema.clone() if isinstance(self.ema, Tensor) else self.ema}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.ema = state["ema"]
+        saved = state["ema"]
+        if saved is None:
+            self.ema = none_yet(self.ema)
+        else:
+            self.ema = kept_in_place(self.ema, saved.clone() if isinstance(saved, Tensor) else saved)
 
 
 def ema_below(floor: float = 0.2) -> EmaBelow:  # methods.md: SAR, reset when ema < 0.2

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from zerosiam.parts.hostsync import kept_in_place, none_yet
 from zerosiam.parts.losses import OBJECTIVES, PerSample, resolve
 
 if TYPE_CHECKING:
@@ -119,18 +120,22 @@ class NotRedundant:
         cosine = F.cosine_similarity(batch.layout.rows(probabilities), self.mean.unsqueeze(-2), dim=-1)
         return (self.mean.isnan().any(-1, keepdim=True) | (cosine.abs() < epsilon)).flatten()
 
+    state_in_place = True  # a captured step can replay it (``zerosiam.parts.hostsync.kept_in_place``)
+
     def observe(self, batch: Batch, mask: Tensor) -> None:
         probabilities = batch.logits.detach().softmax(-1)
-        self.mean = batch.layout.follow_kept(self.mean, probabilities, mask, self.momentum)
+        followed = batch.layout.follow_kept(self.mean, probabilities, mask, self.momentum)
+        self.mean = kept_in_place(self.mean, followed)
 
     def reset(self) -> None:
-        self.mean = None
+        self.mean = none_yet(self.mean)
 
     def state_dict(self) -> dict[str, Any]:
         return {"mean": None if self.mean is None else self.mean.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mean = None if state["mean"] is None else state["mean"].clone()
+        saved = state["mean"]
+        self.mean = none_yet(self.mean) if saved is None else kept_in_place(self.mean, saved.clone())
 
 
 def not_redundant(epsilon: float | None = None) -> NotRedundant:  # methods.md: EATA ε by class count
