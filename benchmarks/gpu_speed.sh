@@ -11,9 +11,12 @@
 #
 # Steps, in order of importance; each gets what is left of the deadline and is stopped with SIGTERM when it
 # runs out (what it measured is kept: gpu_check.py appends every row to rows.jsonl as it goes):
-#   graph64   ViT-B/16, batch 64, tf32 and bf16: Tent and ZeroSiam eager, the plain loop, then each with the
-#             fixed-shape step and with that step captured as a CUDA graph (zerosiam.methods.capture)
+#   graph64   ViT-B/16, batch 64, tf32 and bf16: Tent, ZeroSiam and SAR eager, the plain loop, then each
+#             with the fixed-shape step and with that step captured as a CUDA graph (zerosiam.methods.capture)
 #   graph1    the same at batch size 1, tf32
+#   attention64  ViT-B/16, batch 64, tf32: Tent and ZeroSiam with attention on the math path (TF32 tensor
+#             cores) and on cuDNN, and the math path captured
+#   bf16w64   ViT-B/16, batch 64, bf16: Tent and ZeroSiam with the frozen weights stored in bf16, and captured
 #   graph_equivalence_tent, graph_equivalence_zerosiam
 #             the two options against eager on 10,000 CIFAR-10-C images (benchmarks/speed_equivalence.py)
 #   vit64     ViT-B/16, batch 64, tf32 and bf16: Tent, ZeroSiam, SAR, DeYO eager; the plain loop;
@@ -46,7 +49,7 @@ images=${IMAGES:-2560}
 folder=${FOLDER:-/tmp/gpu_speed_folder}  # written once, read by every step
 mkdir -p "$out"
 left() { echo $(( deadline - $(date +%s) )); }
-steps=" ${STEPS:-graph64 graph1 graph_equivalence_tent graph_equivalence_zerosiam vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
+steps=" ${STEPS:-graph64 graph1 attention64 bf16w64 graph_equivalence_tent graph_equivalence_zerosiam vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
 wanted() { [[ $steps == *" $1 "* ]]; }  # wanted NAME: whether STEPS names this step
 
 step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME, within the deadline
@@ -80,9 +83,14 @@ fi
 
 graph_options=${GRAPH_OPTIONS:-fixed_shape,graph}  # a CPU try: GRAPH_OPTIONS=fixed_shape (graph needs CUDA)
 step graph64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
-  --methods tent,zerosiam --options "$graph_options" --option-methods tent,zerosiam
+  --methods tent,zerosiam,sar --options "$graph_options" --option-methods tent,zerosiam,sar
 step graph1 --models "$vit" --precisions tf32 --batch-size 1 --images "${IMAGES_BS1:-256}" \
-  --methods tent,zerosiam --options "$graph_options" --option-methods tent,zerosiam
+  --methods tent,zerosiam,sar --options "$graph_options" --option-methods tent,zerosiam,sar
+step attention64 --models "$vit" --precisions tf32 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam --options "${ATTENTION_OPTIONS:-attention:math,attention:cudnn,attention:math+graph}" \
+  --option-methods tent,zerosiam
+step bf16w64 --models "$vit" --precisions bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam --options "${BF16W_OPTIONS:-frozen_bf16,frozen_bf16+graph}" --option-methods tent,zerosiam
 for method in tent zerosiam; do  # the captured step against the eager one: 10,000 real images, ResNet-26-GN
   extra "graph_equivalence_$method" 300 240 "graph_equivalence_$method.log" benchmarks/speed_equivalence.py \
     --device "$device" --method "$method" --options "$graph_options"

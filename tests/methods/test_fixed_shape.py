@@ -19,6 +19,7 @@ from zerosiam.methods.speed import Speed
 from zerosiam.parts.hostsync import HostSyncError, no_host_sync
 from zerosiam.parts.learner import NON_FINITE
 from zerosiam.parts.recovery import ema_below
+from zerosiam.parts.selection import entropy_below, plpd_above
 
 ADAPTING = [(method, options) for method, options in METHODS if method != "noadapt"]
 
@@ -141,20 +142,33 @@ def test_graph_off_a_gpu_is_refused_in_one_line_and_the_model_given_back(confide
     zerosiam.adapt(confident_gn, "noadapt", graph=True).release()  # NoAdapt has no step to capture
 
 
+class ReplacesItsState:
+    """A recovery rule that keeps state between steps by replacing it: a captured step would go stale."""
+
+    def __init__(self) -> None:
+        self.count = torch.zeros(())
+
+    def __call__(self, evaluations):
+        self.count = self.count + 1
+        return torch.tensor(False)
+
+    def reset(self) -> None:
+        self.count = torch.zeros(())
+
+
 @pytest.mark.parametrize(
-    ("method", "options", "named"),
+    ("options", "message"),
     [
-        ("deyo", {}, "select1"),
-        ("come", {}, "select1"),
-        ("tent", {"guard": "rdumb"}, ""),
+        ({"guard": "rdumb"}, "graph does not capture a guarded step yet"),
+        ({"recover": ReplacesItsState()}, "its recover replaces its state between steps"),
     ],
 )
-def test_graph_refuses_what_it_cannot_capture_yet(monkeypatch, confident_gn, method, options, named):
+def test_graph_refuses_what_it_cannot_capture(monkeypatch, confident_gn, options, message):
     from zerosiam.methods import capture
 
     monkeypatch.setattr(capture, "_device_of", lambda adapter: torch.device("cuda"))  # as if on a GPU
-    with pytest.raises(ValueError, match=f"graph does not capture.*{named}"):
-        zerosiam.adapt(confident_gn, method, lr=0.1, graph=True, **options)
+    with pytest.raises(ValueError, match=message):
+        zerosiam.adapt(confident_gn, "tent", lr=0.1, graph=True, **options)
     zerosiam.adapt(confident_gn, "tent", lr=0.1).release()  # given back: no longer held
 
 
@@ -170,6 +184,10 @@ def test_the_bench_flags_name_the_step_options():
     assert command._execution(parser.parse_args(["bench", "--graph"])).speed == Speed(graph=True)
     with pytest.raises(UsageError, match="graph captures the eager step"):
         command._execution(parser.parse_args(["bench", "--graph", "--compile"]))
+
+
+def _named(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 CAPTURED = [("zerosiam", {}), ("sar", {"recover": ema_below(0.6)}), ("eta", {})]
@@ -227,3 +245,65 @@ def test_the_rules_state_stays_in_the_memory_a_capture_saw(confident_gn, method,
     adapter.load_state_dict(saved)
     (kept,) = saved["parts"].values()
     assert getattr(part, name) is state and torch.equal(state, kept[name])
+
+
+class EmulatedCapture:
+    """``CapturedStep`` with its two CUDA calls emulated on the CPU: the warm-up runs on the host's
+    stream, and "recording" leaves the adapter as it was while a replay runs the step again and writes
+    its results into the recorded outputs, as a graph's replay does. What this checks is the wrapper's
+    own bookkeeping (warm-up undone, inputs drawn before each replay, outputs copied out, a graph per
+    shape), not CUDA's capture."""
+
+    @staticmethod
+    def install(adapter):
+        from zerosiam.methods import capture
+
+        class Emulated(capture.CapturedStep):
+            def _warm_up(self, x):
+                for _ in range(capture.WARM_UP):
+                    self.step(x)
+
+            def _record(self, x):
+                saved = capture._save(self.adapter)
+                outputs = self.step(x)
+                capture._put_back(self.adapter, saved)
+
+                def replay():
+                    prediction, _, record = self.step(x)
+                    outputs[0].copy_(prediction)
+                    for key, value in record.items():
+                        if isinstance(value, torch.Tensor):
+                            outputs[2][key].copy_(value)
+
+                return replay, outputs
+
+        adapter._step = Emulated(adapter, adapter._step)
+
+
+# DeYO with a PLPD threshold every sample passes: on 8×8 images the patch shuffle barely moves the
+# prediction, and the draws must still reach the weights (exp(PLPD)) for the comparison to mean something
+DEYO_KEEPING = ("deyo", {"select": [entropy_below(0.5), plpd_above(-1.0)]})
+
+
+@pytest.mark.parametrize("method, options", [*CAPTURED, DEYO_KEEPING], ids=_named)
+def test_a_captured_run_is_the_fixed_shape_run(tiny_gn, method, options):
+    """Emulated on the CPU, a captured adapter predicts what the fixed-shape one predicts, to the bit,
+    step after step, through a last batch of another size (a second graph); DeYO's patch orders, drawn
+    on the host before each replay, are the fixed-shape run's draws."""
+    with torch.no_grad():
+        tiny_gn.fc.weight.mul_(8.0)
+    twin_model = copy.deepcopy(tiny_gn)
+    build = dict(lr=0.5, predictor_lr=0.5, fixed_shape=True, **options)
+    adapter = zerosiam.adapt(tiny_gn, method, **build)
+    twin = zerosiam.adapt(twin_model, method, **copy.deepcopy(build))
+    EmulatedCapture.install(adapter)
+    batches = [*_streams_of_batches(per_stream=6)[:, 0], torch.rand(3, 3, 8, 8)]
+    torch.manual_seed(7)
+    captured = [adapter(x) for x in batches]
+    torch.manual_seed(7)
+    eager = [twin(x) for x in batches]
+    for a, b in zip(captured, eager, strict=True):
+        assert torch.equal(a, b)
+    assert [row["updated"] for row in adapter.history] == [row["updated"] for row in twin.history]
+    assert any(row["updated"] for row in adapter.history)
+    assert len(adapter._step.graphs) == 2

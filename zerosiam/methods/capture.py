@@ -19,11 +19,12 @@ momentum buffers). Those would adapt the model, so the adapter's weights, predic
 before them and put back after, in place, and they are not recorded.
 
 What runs outside the graph, eagerly: the input check (a non-finite batch is refused before any work,
-as on every path), the record's log and the stall watch. Captured so far: Tent, ZeroSiam, SAR, EATA and
-their variants, unguarded (SAR's recovery average and EATA's redundancy mean are written in place:
-``state_in_place``, ``zerosiam.parts.hostsync.kept_in_place``). DeYO's and COME's patch orders are drawn
-on the host each step (they would be inputs of the graph, drawn before each replay), and a guard acts
-between steps, rolling back and slowing streams: each is refused in one line until it is built.
+as on every path), the record's log, the stall watch, and what a step draws at random on the host (DeYO's
+and COME's patch orders): those are inputs of the graph, drawn by the same call before each replay
+(``GradientLearner.drawn``), so a captured run sees the fixed-shape run's draws. Captured: Tent, ZeroSiam,
+SAR, EATA, DeYO, COME and their variants, unguarded (SAR's recovery average and EATA's redundancy mean are
+written in place: ``state_in_place``, ``zerosiam.parts.hostsync.kept_in_place``). A guard acts between
+steps, rolling back and slowing streams: it is refused in one line until that is built.
 """
 
 from __future__ import annotations
@@ -50,12 +51,10 @@ def check_capturable(adapter: Adapter) -> None:
         raise ValueError(f"graph does not capture a guarded step yet ({type(adapter.recipe.guard).__name__})")
     stateful = adapter.stateful_parts().items()
     replaced = [key for key, part in stateful if not getattr(part, "state_in_place", False)]
-    drawn = [key for key, part in adapter.recipe.parts().items() if getattr(part, "second_view", False)]
-    if replaced or drawn:
+    if replaced:
         raise ValueError(
-            f"graph does not capture {adapter.recipe.name} yet: its {', '.join(replaced + drawn)} "
-            + ("draws patch orders on the host" if drawn else "replaces its state between steps")
-            + "; capturable: tent, zerosiam, sar, eata and their variants"
+            f"graph does not capture {adapter.recipe.name}: its {', '.join(replaced)} replaces its state "
+            "between steps (a captured step needs it written in place: hostsync.kept_in_place)"
         )
 
 
@@ -69,34 +68,59 @@ class CapturedStep:
     def __init__(self, adapter: Adapter, step: Callable[[Tensor], StepOutput]) -> None:
         self.adapter = adapter
         self.step = step
-        self.pool = torch.cuda.graph_pool_handle()
-        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, Tensor, StepOutput]] = {}
+        self.pool: Any = None  # the graphs' memory pool, shared by the graphs of every shape
+        self.graphs: dict[tuple, tuple[Callable[[], None], Tensor, StepOutput]] = {}
+        self.inputs: dict[tuple, dict[str, tuple[Tensor, Callable[[], Tensor]]]] = {}  # drawn, per graph
+        self._key: tuple = ()  # the graph being captured
+        adapter.drawn = self.drawn  # what a step draws on the host becomes an input of its graph
+
+    def drawn(self, name: str, draw: Callable[[], Tensor]) -> Tensor:
+        """The graph's input ``name``: made (on the model's device) when a warm-up step first asks, then
+        drawn afresh by ``draw`` before each replay (``__call__``), as an eager step would draw it."""
+        inputs = self.inputs.setdefault(self._key, {})
+        if name not in inputs:
+            inputs[name] = (draw().to(self._key[2]), draw)  # the device of the graph's input
+        return inputs[name][0]
 
     def __call__(self, x: Tensor) -> StepOutput:
         key = (tuple(x.shape), x.dtype, x.device, x.stride())
         if key not in self.graphs:
+            self._key = key
             self.graphs[key] = self._capture(x)
-        graph, captured_x, (prediction, evaluations, record) = self.graphs[key]
+        replay, captured_x, (prediction, evaluations, record) = self.graphs[key]
         captured_x.copy_(x)
-        graph.replay()
+        for value, draw in self.inputs.get(key, {}).values():
+            value.copy_(draw())  # on the host, as the eager step draws; copied in before the replay
+        replay()
         copied = {name: v.clone() if isinstance(v, Tensor) else v for name, v in record.items()}
         return prediction.clone(), evaluations, copied
 
-    def _capture(self, x: Tensor) -> tuple[torch.cuda.CUDAGraph, Tensor, StepOutput]:
-        """Warm up on a side stream, put the adapter back where it was, then capture one step."""
+    def _capture(self, x: Tensor) -> tuple[Callable[[], None], Tensor, StepOutput]:
+        """Warm up, put the adapter back where it was, then record one step (which a capture does not
+        run: the first replay takes it)."""
         captured_x = x.clone()
         saved = _save(self.adapter)
+        self._warm_up(captured_x)
+        _put_back(self.adapter, saved)
+        replay, outputs = self._record(captured_x)
+        return replay, captured_x, outputs
+
+    def _warm_up(self, x: Tensor) -> None:
+        """``WARM_UP`` steps on a side stream, as torch's documentation runs them before a capture."""
         side = torch.cuda.Stream(device=x.device)
         side.wait_stream(torch.cuda.current_stream(x.device))
         with torch.cuda.stream(side):
             for _ in range(WARM_UP):
-                self.step(captured_x)
+                self.step(x)
         torch.cuda.current_stream(x.device).wait_stream(side)
-        _put_back(self.adapter, saved)
+
+    def _record(self, x: Tensor) -> tuple[Callable[[], None], StepOutput]:
+        """One step captured as a CUDA graph: its replay, and its outputs (rewritten by each replay)."""
+        self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            outputs = self.step(captured_x)
-        return graph, captured_x, outputs
+            outputs = self.step(x)
+        return graph.replay, outputs
 
 
 def _save(adapter: Adapter) -> dict[str, Any]:
@@ -113,6 +137,7 @@ def _save(adapter: Adapter) -> dict[str, Any]:
         "predictor": adapter.predictor is not None,
         "momentum": momentum,
         "parts": parts,
+        "random": torch.get_rng_state(),  # the host's draws (patch orders): the warm-up's are not the run's
     }
 
 
@@ -135,6 +160,7 @@ def _put_back(adapter: Adapter, saved: dict[str, Any]) -> None:
                     buffer.zero_()
     for key, part in adapter.stateful_parts().items():  # in place (``state_in_place``): NaN for none yet
         part.load_state_dict(saved["parts"][key])
+    torch.set_rng_state(saved["random"])
     adapter.optimizer.zero_grad(set_to_none=True)
 
 
@@ -147,4 +173,4 @@ def capture_steps(adapter: Adapter) -> None:
         adapter.release()  # the model goes back as it came, then the error
         raise
     adapter._step = CapturedStep(adapter, adapter._step)
-    adapter.when_released(lambda: adapter.__dict__.pop("_step", None))
+    adapter.when_released(lambda: [adapter.__dict__.pop(name, None) for name in ("_step", "drawn")])

@@ -34,9 +34,10 @@ class Learner(Protocol):
     ``params`` are the adapted weights by name (norm affine parameters of an image model, LoRA weights of
     a language model); ``trainable`` is everything the optimizer moves (``params`` and ZeroSiam's
     predictor). ``backward`` leaves finite gradients or none; ``skip`` records why a step did not move,
-    ``hold`` why some streams did not. ``layout`` says how many independent streams each batch stacks
-    (each weight then has one row per stream, stream first) and makes every per-stream reduction
-    (``zerosiam.parts.layout``), so that no part branches on the number of streams.
+    ``hold`` why some streams did not; ``drawn`` gives what a step draws at random on the host.
+    ``layout`` says how many independent streams each batch stacks (each weight then has one row per
+    stream, stream first) and makes every per-stream reduction (``zerosiam.parts.layout``), so that no
+    part branches on the number of streams.
     """
 
     model: nn.Module
@@ -54,6 +55,8 @@ class Learner(Protocol):
     def skip(self, reason: str) -> None: ...
 
     def hold(self, reason: str, streams: Tensor) -> None: ...
+
+    def drawn(self, name: str, draw: Callable[[], Tensor]) -> Tensor: ...
 
     @property
     def skipped(self) -> str | None: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -96,6 +97,12 @@ class GradientLearner(ABC):
         grads = [p.grad for p in self.trainable if p.grad is not None]
         peaks = torch._foreach_norm(grads, ord=math.inf) if grads else []  # stacked in one dtype by promotion
         return torch.isfinite(torch.stack([loss.detach(), *peaks])).all()
+
+    def drawn(self, name: str, draw: Callable[[], Tensor]) -> Tensor:
+        """A value a step draws at random on the host (DeYO's patch orders, ``name``): ``draw()`` here; a
+        captured step replaces this by the graph's input of that name, drawn the same way before each
+        replay (``zerosiam.methods.capture``)."""
+        return draw()
 
     def skip(self, reason: str) -> None:
         """Mark the current step as not taken; the first reason given stands."""

@@ -59,8 +59,9 @@ def uncertainty(batch: Batch, measure: str | PerSample = "entropy") -> Tensor:
 
 
 SECOND_VIEW = """A part marked ``second_view`` forwards a second, patch-shuffled view of the batch (DeYO's
-PLPD): its patch orders are drawn on the host at each step (a captured step cannot replay them), and it
-runs the model outside the forward's autocast (its frozen weights must stay float32)."""
+PLPD): its patch orders are drawn on the host at each step (a captured step draws them before each
+replay, ``GradientLearner.drawn``), and it runs the model outside the forward's autocast (its frozen
+weights must stay float32)."""
 
 
 # --- sample selection -----------------------------------------------------------------------------
@@ -162,12 +163,17 @@ def shuffle_patches(x: Tensor, grid: int = 4, permutation: Tensor | None = None)
     ph, pw = h // grid, w // grid
     patches = x.reshape(b, c, grid, ph, grid, pw).permute(0, 2, 4, 1, 3, 5).reshape(b, grid * grid, c, ph, pw)
     if permutation is None:
-        permutation = torch.rand(b, grid * grid).argsort(-1)
+        permutation = patch_orders(b, grid)
     patches = patches[torch.arange(b, device=x.device).unsqueeze(-1), permutation.to(x.device)]
     shuffled = patches.reshape(b, grid, grid, c, ph, pw).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
     if fitted != tuple(size):
         shuffled = F.interpolate(shuffled, size=size, mode="bilinear", align_corners=False)
     return shuffled
+
+
+def patch_orders(rows: int, grid: int) -> Tensor:
+    """A fresh order of the ``grid²`` patches for each of ``rows`` images, drawn from the CPU's generator."""
+    return torch.rand(rows, grid * grid).argsort(-1)
 
 
 def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tensor:
@@ -183,6 +189,9 @@ def plpd(batch: Batch, grid: int = 4, permutation: Tensor | None = None) -> Tens
         return batch.cache["plpd"]
     kept = batch.kept if batch.kept is not None else torch.ones_like(batch.entropy, dtype=torch.bool)
     if not batch.layout.reads_device:  # the fixed-shape path: every row through the second view
+        if permutation is None:  # drawn by the learner: a captured step draws them before each replay
+            rows = batch.x.shape[0]
+            permutation = batch.learner.drawn("patch_orders", lambda: patch_orders(rows, grid))
         drop = _probability_drop(batch, batch.x, batch.target, grid, permutation)
         difference = torch.where(kept, drop, math.nan)
     else:
