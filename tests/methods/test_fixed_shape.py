@@ -159,7 +159,7 @@ class ReplacesItsState:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"guard": "rdumb"}, "graph does not capture a guarded step yet"),
+        ({"guard": "asr"}, "graph does not take the AdaptiveSelectiveReset guard yet"),
         ({"recover": ReplacesItsState()}, "its recover replaces its state between steps"),
     ],
 )
@@ -307,3 +307,48 @@ def test_a_captured_run_is_the_fixed_shape_run(tiny_gn, method, options):
     assert [row["updated"] for row in adapter.history] == [row["updated"] for row in twin.history]
     assert any(row["updated"] for row in adapter.history)
     assert len(adapter._step.graphs) == 2
+
+
+@pytest.mark.parametrize("guard", ["rdumb", "auto"])
+def test_a_guard_acts_on_a_captured_step_as_on_the_fixed_shape_one(tiny_gn, guard):
+    """Emulated on the CPU: the guard runs after each replay on the step's evaluations; its resets write
+    the weights in place (RDumb here every 2 steps), and a stream it slows keeps the scale the graph reads
+    (a shrink to 0.3 at the third step, the full step back at the fifth), to the bit."""
+    from zerosiam.parts.guards import Periodic
+
+    with torch.no_grad():
+        tiny_gn.fc.weight.mul_(8.0)
+    twin_model = copy.deepcopy(tiny_gn)
+    runs = []
+    for model, captured in ((tiny_gn, True), (twin_model, False)):
+        chosen = Periodic(every=2) if guard == "rdumb" else guard
+        adapter = zerosiam.adapt(model, "zerosiam", lr=0.5, predictor_lr=0.5, fixed_shape=True, guard=chosen)
+        if captured:
+            adapter.keep_scale()
+            EmulatedCapture.install(adapter)
+        predictions = []
+        for step, x in enumerate(_streams_of_batches(per_stream=6)[:, 0]):
+            if step == 2:
+                adapter.shrink(adapter.layout.all_streams(), 0.3)
+            if step == 4:
+                adapter.full_step(adapter.layout.all_streams())
+            predictions.append(adapter(x))
+        runs.append((torch.stack(predictions), [row["guard"] for row in adapter.history]))
+    (captured, fired), (eager, eager_fired) = runs
+    assert torch.equal(captured, eager) and fired == eager_fired
+    assert guard != "rdumb" or fired == [False, True] * 3
+
+
+def test_a_kept_scale_stays_in_one_tensor_through_shrinks_resets_and_checkpoints(tiny_gn, images):
+    adapter = zerosiam.adapt(tiny_gn, "tent", lr=0.1, guard="auto", fixed_shape=True)
+    adapter.keep_scale()
+    scale = adapter._step_scale
+    assert torch.equal(scale, torch.tensor(1.0))
+    adapter.shrink(adapter.layout.all_streams(), 0.1)
+    saved = adapter.state_dict()
+    adapter.reset()
+    assert adapter._step_scale is scale and torch.equal(scale, torch.tensor(1.0))
+    adapter.load_state_dict(saved)
+    assert adapter._step_scale is scale and torch.equal(scale, torch.tensor(0.1))
+    adapter.release()
+    assert adapter._step_scale is None

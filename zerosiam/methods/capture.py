@@ -22,9 +22,11 @@ What runs outside the graph, eagerly: the input check (a non-finite batch is ref
 as on every path), the record's log, the stall watch, and what a step draws at random on the host (DeYO's
 and COME's patch orders): those are inputs of the graph, drawn by the same call before each replay
 (``GradientLearner.drawn``), so a captured run sees the fixed-shape run's draws. Captured: Tent, ZeroSiam,
-SAR, EATA, DeYO, COME and their variants, unguarded (SAR's recovery average and EATA's redundancy mean are
-written in place: ``state_in_place``, ``zerosiam.parts.hostsync.kept_in_place``). A guard acts between
-steps, rolling back and slowing streams: it is refused in one line until that is built.
+SAR, EATA, DeYO, COME and their variants (SAR's recovery average and EATA's redundancy mean are written in
+place: ``state_in_place``, ``zerosiam.parts.hostsync.kept_in_place``). A guard runs after each replay,
+outside the graph, on the step's evaluations: its roll-backs and resets write the weights and momentum in
+place, and the per-stream scale ``auto`` slows a stream by is in the graph from the start, at one
+(``Guardable.keep_scale``). ASR hooks the optimizer's step itself and is refused in one line.
 """
 
 from __future__ import annotations
@@ -47,8 +49,12 @@ def check_capturable(adapter: Adapter) -> None:
     device = _device_of(adapter)
     if device.type != "cuda":
         raise ValueError(f"graph captures CUDA graphs; the model is on {device}: use fixed_shape off a GPU")
-    if adapter.recipe.guard is not None:
-        raise ValueError(f"graph does not capture a guarded step yet ({type(adapter.recipe.guard).__name__})")
+    guard = adapter.recipe.guard
+    if guard is not None and getattr(guard, "hooks_the_step", False):
+        raise ValueError(
+            f"graph does not take the {type(guard).__name__} guard yet: it hooks the optimizer's step, which "
+            "the graph replays without Python; rdumb, sar and auto act between steps and are taken"
+        )
     stateful = adapter.stateful_parts().items()
     replaced = [key for key, part in stateful if not getattr(part, "state_in_place", False)]
     if replaced:
@@ -172,5 +178,7 @@ def capture_steps(adapter: Adapter) -> None:
     except ValueError:
         adapter.release()  # the model goes back as it came, then the error
         raise
+    if adapter.recipe.guard is not None:  # a guard may slow streams: the scale goes into the graph now
+        adapter.keep_scale()
     adapter._step = CapturedStep(adapter, adapter._step)
     adapter.when_released(lambda: [adapter.__dict__.pop(name, None) for name in ("_step", "drawn")])

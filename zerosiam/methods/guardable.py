@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from zerosiam.parts.hostsync import kept_in_place
 from zerosiam.parts.layout import Layout
 from zerosiam.parts.streams import put_rows, zero_momentum_rows
 
@@ -31,6 +32,7 @@ class Guardable:
     _source: dict[str, Tensor]
     _step_scale: Tensor | None = None  # per stream; None until a guard first shrinks a step
     _scale_hooks: list[RemovableHandle]
+    _scale_kept = False  # the scale stays in one tensor, its hooks on (a captured step reads it)
 
     def snapshot(self) -> Weights:
         """A copy of the adapted weights (norm parameters and predictor), for a guard to roll back to."""
@@ -77,11 +79,21 @@ class Guardable:
             self._set_scale(torch.where(streams.to(scale.device), torch.ones_like(scale), scale))
 
     def _set_scale(self, scale: Tensor) -> None:
-        """Every later gradient scaled per stream by ``scale``, kept beside the weights: on the host it
-        was copied to the device once a trainable tensor a step (54 copies a step on the ResNet-26)."""
+        """Every later gradient scaled per stream by ``scale``, kept beside the weights (on the host it
+        was copied to the device once a trainable tensor a step: 54 copies a step on the ResNet-26), and
+        written into the tensor already there, which a captured step reads."""
+        scale = scale.to(self.trainable[0].device) if self.trainable else scale
         if self._step_scale is None:  # the first shrink: from now on every gradient passes the scale
             self._scale_hooks = [p.register_hook(self._scaled) for p in self.trainable]
-        self._step_scale = scale.to(self.trainable[0].device) if self.trainable else scale
+        self._step_scale = kept_in_place(self._step_scale, scale.float())
+
+    def keep_scale(self) -> None:
+        """From now on scale every step by a per-stream factor (ones until a guard shrinks a stream),
+        kept in one tensor with its hooks on, a reset included: a captured step reads that tensor, so a
+        guard's ``shrink`` and ``full_step`` must write into it rather than add hooks or replace it."""
+        if self._step_scale is None:
+            self._set_scale(self.layout.all_streams().float())
+        self._scale_kept = True
 
     def _scaled(self, grad: Tensor) -> Tensor:
         return grad * self.layout.per_row(self._step_scale.to(grad.device), grad)
@@ -98,12 +110,18 @@ class Guardable:
         super().forget()
 
     def _unscale(self) -> None:
+        """Every stream's step back to its full size: the scale and its hooks gone, or, kept
+        (``keep_scale``), the scale set to ones in place."""
+        if self._scale_kept and self._step_scale is not None:
+            self._step_scale.fill_(1.0)
+            return
         for hook in getattr(self, "_scale_hooks", []):
             hook.remove()
         self._step_scale, self._scale_hooks = None, []
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "step_scale": self._step_scale}
+        scale = self._step_scale.clone() if self._step_scale is not None else None
+        return {**super().state_dict(), "step_scale": scale}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -113,5 +131,6 @@ class Guardable:
             self._set_scale(scale.clone())
 
     def release(self, keep_adapted: bool = False) -> nn.Module:
+        self._scale_kept = False
         self._unscale()
         return super().release(keep_adapted)

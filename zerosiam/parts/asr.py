@@ -108,6 +108,8 @@ class AdaptiveSelectiveReset:
     ``scope`` (NaN where it did not fire) as the step's ``guard_*`` diagnostics.
     """
 
+    hooks_the_step = True  # its pull is added inside the optimizer's step (a captured step cannot take it)
+
     def __init__(
         self,
         m0: float = M0,
