@@ -81,17 +81,19 @@ class Layout(ABC):
         """The rows a second forward must take to score the ``kept`` ones (DeYO's shuffled view); None:
         every row, as they are (the fixed-shape path)."""
 
-    @abstractmethod
     def follow_kept(
         self, mean: Tensor | None, values: Tensor, mask: Tensor, momentum: float
     ) -> Tensor | None:
         """A running mean, per stream, of the kept rows' mean (EATA's redundancy mean); a stream that
-        kept none leaves its own unchanged, and a stream's first kept rows start it."""
+        kept none leaves its own unchanged, and a stream's first kept rows start it (all on the device;
+        a lone eager stream gathers its kept rows instead)."""
+        return _follow_kept_rows(self.rows(values), self.rows(mask), mean, momentum)
 
-    @abstractmethod
     def hold_rows(self, optimizer: torch.optim.Optimizer) -> HeldRows | None:
         """What the optimizer's tensors were before a step, when the streams that keep no sample must
-        be put back after it (stacked); None when such a step moves nothing anyway (one stream)."""
+        be put back after it (stacked, or fixed-shape); None when such a step moves nothing anyway (a
+        lone eager stream)."""
+        return HeldRows(optimizer)
 
     @abstractmethod
     def own_norms(self, model: nn.Module, modules: Sequence[tuple[str, nn.Module]]) -> StreamNorms | None:
@@ -186,13 +188,8 @@ class DeviceStream(OneStream):
     def forwarded(self, kept: Tensor) -> Tensor | None:
         return None
 
-    def follow_kept(
-        self, mean: Tensor | None, values: Tensor, mask: Tensor, momentum: float
-    ) -> Tensor | None:
-        return _follow_kept_rows(self.rows(values), self.rows(mask), mean, momentum)
-
-    def hold_rows(self, optimizer: torch.optim.Optimizer) -> HeldRows | None:
-        return HeldRows(optimizer)
+    follow_kept = Layout.follow_kept  # on the device, as for stacked streams
+    hold_rows = Layout.hold_rows
 
 
 class StackedStreams(Layout):
@@ -234,14 +231,6 @@ class StackedStreams(Layout):
         # the stacked norms take every stream's rows, in their places; the fixed-shape path takes them
         # without a mask (gathering by one reads the device)
         return torch.ones_like(kept) if self.reads_device else None
-
-    def follow_kept(
-        self, mean: Tensor | None, values: Tensor, mask: Tensor, momentum: float
-    ) -> Tensor | None:
-        return _follow_kept_rows(self.rows(values), self.rows(mask), mean, momentum)
-
-    def hold_rows(self, optimizer: torch.optim.Optimizer) -> HeldRows | None:
-        return HeldRows(optimizer)
 
     def own_norms(self, model: nn.Module, modules: Sequence[tuple[str, nn.Module]]) -> StreamNorms | None:
         return StreamNorms(model, modules, self.count)
