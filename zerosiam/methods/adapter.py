@@ -157,9 +157,8 @@ class Adapter(Guardable, OnlineModel, GradientLearner):
         else:  # every sample counts: no need to ask the device how many
             record["selected"] = layout.pick([first.mask.numel() // layout.count] * layout.count)
         moved = layout.kept(last.mask) & (self.skipped is None)
-        for _, marked in self._held:  # eager, those held are among the streams that kept none already
-            moved = moved & ~marked
-        record["updated"] = moved
+        # eager, a stream held back has kept no sample already; fixed-shape, it may have (NON_FINITE)
+        record["updated"] = moved & ~self.held_back(last.mask.device) if self._held else moved
         record["skipped"] = self._reasons_by_stream()
         record["recovered"] = recovered if recovered is not None else False
         return record

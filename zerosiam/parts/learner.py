@@ -145,11 +145,16 @@ class GradientLearner(ABC):
 
     def held_streams(self, last_mask: Tensor) -> Tensor:
         """Per-stream flags of the streams this step must leave where they were: those whose last
-        evaluation kept no sample, and those held back for another reason (``hold``)."""
-        streams = ~self.layout.kept(last_mask)
+        evaluation kept no sample, and those held back for another reason (``held_back``)."""
+        return ~self.layout.kept(last_mask) | self.held_back(last_mask.device)
+
+    def held_back(self, device: torch.device) -> Tensor:
+        """Per-stream flags, on ``device``, of the streams ``hold`` held back in this step (none: all
+        False)."""
+        flags = ~self.layout.all_streams(device)
         for _, marked in self._held:
-            streams = streams | marked
-        return streams
+            flags = flags | marked
+        return flags
 
     @abstractmethod
     def restore_source(self, streams: Tensor | None = None) -> None:
