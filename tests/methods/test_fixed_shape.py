@@ -156,6 +156,20 @@ class ReplacesItsState:
         self.count = torch.zeros(())
 
 
+@pytest.mark.parametrize("guard", [None, "rdumb", "sar", "auto"])
+@pytest.mark.parametrize("method", ["tent", "zerosiam", "sar", "eata", "deyo", "come"])
+def test_graph_takes_every_method_and_the_guards_between_steps(monkeypatch, confident_gn, method, guard):
+    from zerosiam.methods import capture
+
+    monkeypatch.setattr(capture, "_device_of", lambda adapter: torch.device("cuda"))  # as if on a GPU
+    extras = {"clean_data": [torch.rand(4, 3, 8, 8)]} if method == "eata" else {}
+    adapter = zerosiam.adapt(confident_gn, method, lr=0.1, graph=True, guard=guard, **extras)
+    assert isinstance(adapter._step, capture.CapturedStep)
+    assert (adapter._step_scale is not None) == (guard is not None)  # the scale in the graph from the start
+    adapter.release()
+    assert "_step" not in vars(adapter) and adapter._step_scale is None
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

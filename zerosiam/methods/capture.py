@@ -55,13 +55,17 @@ def check_capturable(adapter: Adapter) -> None:
             f"graph does not take the {type(guard).__name__} guard yet: it hooks the optimizer's step, which "
             "the graph replays without Python; rdumb, sar and auto act between steps and are taken"
         )
-    stateful = adapter.stateful_parts().items()
-    replaced = [key for key, part in stateful if not getattr(part, "state_in_place", False)]
+    replaced = [key for key, part in _in_step(adapter).items() if not getattr(part, "state_in_place", False)]
     if replaced:
         raise ValueError(
             f"graph does not capture {adapter.recipe.name}: its {', '.join(replaced)} replaces its state "
             "between steps (a captured step needs it written in place: hostsync.kept_in_place)"
         )
+
+
+def _in_step(adapter: Adapter) -> dict[str, Any]:
+    """The recipe's parts that keep state and run inside the step (the guard runs after it, eagerly)."""
+    return {key: part for key, part in adapter.stateful_parts().items() if part is not adapter.recipe.guard}
 
 
 def _device_of(adapter: Adapter) -> torch.device:
@@ -137,7 +141,7 @@ def _save(adapter: Adapter) -> dict[str, Any]:
         for param, state in adapter.optimizer.state.items()
         if state.get("momentum_buffer") is not None
     }
-    parts = {key: part.state_dict() for key, part in adapter.stateful_parts().items()}
+    parts = {key: part.state_dict() for key, part in _in_step(adapter).items()}
     return {
         "weights": adapter.snapshot(),
         "predictor": adapter.predictor is not None,
@@ -164,7 +168,7 @@ def _put_back(adapter: Adapter, saved: dict[str, Any]) -> None:
                     buffer.copy_(saved["momentum"][param])
                 else:
                     buffer.zero_()
-    for key, part in adapter.stateful_parts().items():  # in place (``state_in_place``): NaN for none yet
+    for key, part in _in_step(adapter).items():  # in place (``state_in_place``): NaN for none yet
         part.load_state_dict(saved["parts"][key])
     torch.set_rng_state(saved["random"])
     adapter.optimizer.zero_grad(set_to_none=True)
