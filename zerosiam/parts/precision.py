@@ -40,7 +40,9 @@ def forward_precision(precision: str, device: torch.device) -> Iterator[None]:
         with tensor_cores(precision):
             yield
         return
-    with torch.autocast(device_type=device.type, dtype=dtype):
+    # torch asks for autocast's cache of cast weights to be off while a CUDA graph is being captured
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    with torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=not capturing):
         yield
 
 
