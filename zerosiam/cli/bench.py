@@ -161,8 +161,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--graph",
         action="store_true",
-        help="capture each step as a CUDA graph and replay it (a GPU; tent, zerosiam; not part of a run's "
-        "identity)",
+        help="capture each step as a CUDA graph and replay it (a GPU; not with --guard asr; not part of a "
+        "run's identity)",
     )
     parser.add_argument(
         "--gpus-per-run", type=float, default=0.0, help="Ray: GPU resources per run (0.5 shares)"

@@ -171,7 +171,8 @@ def adapt(
     and model (``docs/efficiency.md``). Compiling costs seconds to minutes before the first step.
     ``fixed_shape`` takes every decision of a step on the device (no read of it mid-step: the streams that
     must not move are put back after a whole step); ``graph`` captures that step as a CUDA graph and
-    replays it (a GPU; Tent, ZeroSiam and their variants, unguarded so far; ``zerosiam.methods.capture``).
+    replays it (a GPU; every method, guarded by none, ``rdumb``, ``sar`` or ``auto``;
+    ``zerosiam.methods.capture``).
     ``attention`` (``math``, ``efficient``, ``flash``, ``cudnn``) runs scaled-dot-product attention on one
     backend; ``frozen_bf16`` stores frozen linear and convolution weights in bfloat16 under
     ``precision="bf16"`` (``zerosiam.methods.speed``).

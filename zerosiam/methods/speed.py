@@ -137,7 +137,7 @@ class Speed:
         return cls(compile_, attention=attention, **flags)
 
     @property
-    def options(self) -> dict[str, bool | str]:
+    def options(self) -> dict[str, bool | str | None]:
         """The options as ``zerosiam.adapt``'s keywords."""
         return {
             "compile": self.compile,
@@ -264,28 +264,26 @@ def _frozen_in_bf16(model: nn.Module) -> Undo:
 def _attention(model: nn.Module, backend: SDPBackend) -> Undo:
     """Every forward of ``model`` with scaled-dot-product attention on ``backend`` (the backward follows
     the forward's kernel)."""
-    own = model.__dict__.get("forward")
     forward = model.forward
 
     def attended(*args: object, **kwargs: object) -> object:
         with sdpa_kernel(backend):
             return forward(*args, **kwargs)
 
-    model.forward = attended
-
-    def undo() -> None:
-        del model.forward
-        if own is not None:
-            model.forward = own
-
-    return undo
+    return _replace_forward(model, attended)
 
 
 def _compiled(model: nn.Module, mode: str) -> Undo:
     """The model's ``forward`` compiled on the instance; the undo puts back what was there."""
     _allow_recompiles(RECOMPILE_LIMIT)
-    own = model.__dict__.get("forward")  # a forward set on the instance, to put back
-    model.forward = torch.compile(model.forward, mode=mode)
+    return _replace_forward(model, torch.compile(model.forward, mode=mode))
+
+
+def _replace_forward(model: nn.Module, forward: Callable[..., object]) -> Undo:
+    """``forward`` set as ``model``'s forward on the instance; the undo puts back what was there (a
+    forward another option set on the instance, or the class's)."""
+    own = model.__dict__.get("forward")
+    model.forward = forward
 
     def undo() -> None:
         with contextlib.suppress(AttributeError):
