@@ -80,10 +80,12 @@ def test_continual_and_gradual_runs_tell_their_accuracy_per_corruption(fake_doma
 
 @pytest.mark.slow
 @needs_assets()
-def test_a_ccc_stream_holds_the_source_model_near_its_calibrated_accuracy() -> None:
+@pytest.mark.parametrize(("target", "within"), [(50, 12), (10, 10)])
+def test_a_ccc_stream_holds_the_source_model_near_its_calibrated_accuracy(target, within) -> None:
     """The realised accuracy of the unadapted ResNet-26 on a CCC stream is what its calibration
-    promised (the walks' grids read at each image's point), and near the target."""
-    spec = _spec(protocol="ccc", corruption="ccc", method="noadapt", stream_length=3_000, target=50)
+    promised (the walks' grids read at each image's point), and near the target: near chance (10 %) at
+    the lowest, which CIFAR-10-C's own constants could not reach (``ccc.CCC_PRESETS``)."""
+    spec = _spec(protocol="ccc", corruption="ccc", method="noadapt", stream_length=3_000, target=target)
     torch.manual_seed(0)
     result = run(spec)
     model = runner.zerosiam.load_model(spec.model)
@@ -95,7 +97,7 @@ def test_a_ccc_stream_holds_the_source_model_near_its_calibrated_accuracy() -> N
     promised = np.mean([calibration.grid(kept[a], kept[b])[s1, s2] for a, s1, b, s2, _ in rows])
     realised = 100 * result.metrics["accuracy"]
     assert abs(realised - promised) < 6, (realised, promised)
-    assert abs(realised - spec.target) < 12, realised
+    assert abs(realised - spec.target) < within, realised
 
 
 def test_a_windowed_mean_tells_the_accuracy_there_not_since_the_start() -> None:

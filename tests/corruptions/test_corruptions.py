@@ -14,7 +14,7 @@ from scipy import ndimage
 from zerosiam import corruptions
 from zerosiam.assets import AssetError
 from zerosiam.corruptions import _common, api, blur, digital, weather
-from zerosiam.corruptions.presets import PRESETS
+from zerosiam.corruptions.presets import PER_PIXEL, PRESETS
 
 RANDOM = tuple(name for name in corruptions.ALL if corruptions.CORRUPTIONS[name].random)
 DETERMINISTIC = tuple(name for name in corruptions.ALL if not corruptions.CORRUPTIONS[name].random)
@@ -136,6 +136,21 @@ def test_damage_grows_with_severity(name, preset, cifar_batch, imagenet_batch) -
     assert all(b > a for a, b in zip(damage, damage[1:], strict=False)), damage
 
 
+@pytest.mark.parametrize("name", corruptions.BENCHMARK)
+def test_the_ccc_scale_is_cifars_with_imagenets_per_pixel_constants(name, cifar_batch) -> None:
+    """``cifar-ccc`` takes ImageNet-C's constants only where they act on each pixel (the same image as
+    ``imagenet`` would make of it, at 32 pixels), CIFAR-10-C's elsewhere; and it is harsher there."""
+    skip_without_frost_textures(name)
+    ccc = corruptions.apply(cifar_batch, name, 5, "cifar-ccc")
+    cifar = corruptions.apply(cifar_batch, name, 5, "cifar")
+    if name not in PER_PIXEL:
+        np.testing.assert_array_equal(ccc, cifar)
+        return
+    assert PRESETS["cifar-ccc"].params(name, 5) == PRESETS["imagenet"].params(name, 5)
+    damage = [np.abs(x.astype(float) - cifar_batch).mean() for x in (cifar, ccc)]
+    assert damage[1] > damage[0], damage
+
+
 # ------------------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
@@ -166,7 +181,7 @@ def test_bad_arguments_raise_clear_errors(kwargs, error, match) -> None:
 def test_zoom_factor_lists_keep_the_reference_counts() -> None:
     counts = {
         preset: [len(blur.zoom_factors(*PRESETS[preset].params("zoom_blur", s))) for s in range(1, 6)]
-        for preset in PRESETS
+        for preset in ("imagenet", "cifar")
     }
     assert counts == {"imagenet": [12, 16, 11, 13, 11], "cifar": [7, 12, 16, 21, 26]}
 

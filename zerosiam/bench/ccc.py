@@ -5,9 +5,12 @@ pair of corruptions, the walk through their severities whose calibrated accuracy
 (``zerosiam.protocols.streams.best_walk``). Here the reference is the run's source model, so the target
 means the same on every model: a calibration grid is that model's accuracy on ``CALIBRATION_IMAGES``
 clean images (one fixed set, ``seeding.CCC_CALIBRATION``) corrupted by the first corruption at each
-severity 0–5 and then the second at each severity 0–5. CCC calibrates on quarter steps of severity with
-interpolated constants; this project's corruptions have the five published severities, so a walk moves
-in whole steps. A grid is 36 small forward passes; it depends on the weights, the data, the pair and the
+severity 0–5 and then the second at each severity 0–5. CCC corrupts with ImageNet-C's constants; on
+CIFAR-10 a stream corrupts with :data:`CCC_PRESETS`' scale, CIFAR-10-C's with ImageNet-C's harsher
+constants where they act pixel by pixel (the noises, contrast, brightness, saturation): CIFAR-10-C's own
+cannot bring a model below about half its images, let alone near chance. CCC calibrates on quarter steps
+of severity with interpolated constants; this project's corruptions have the five published severities,
+so a walk moves in whole steps. A grid is 36 small forward passes; it depends on the weights, the data, the pair and the
 arithmetic, and is kept in the cache under all of them, so every method and seed of a model reuses it.
 """
 
@@ -38,13 +41,20 @@ FOLDER = "ccc_calibration"
 Classes = Callable[[np.ndarray], np.ndarray]  # uint8 images to the source model's classes
 CALIBRATION_IMAGES = 500
 CALIBRATION_SEED = 0  # one calibration set for every run: the grid belongs to the model, not the run
+CCC_PRESETS = {"cifar": "cifar-ccc"}  # a benchmark's corruption scale → the one its CCC streams walk
+
+
+def ccc_preset(dataset: str) -> str:
+    """The corruption scale a CCC stream over the clean images of ``dataset`` walks."""
+    preset = SOURCES[dataset][1]
+    return CCC_PRESETS.get(preset, preset)
 
 
 def ccc_source(spec: RunSpec, model: nn.Module, predict: Predict, device: torch.device) -> CCCSource:
     """The clean images, corruption engine and calibrated walks of ``spec``'s CCC stream; the walks are
     calibrated on the unadapted ``model`` (``predict`` runs it on ``device``)."""
     dataset = datasets.clean_source(spec.dataset)
-    preset = SOURCES[dataset][1]
+    preset = ccc_preset(dataset)
 
     def corrupt(images: np.ndarray, name: str, severity: int, first: int) -> np.ndarray:
         return apply(images, name, severity, preset=preset, seed=spec.seed, start_index=first)
@@ -59,7 +69,7 @@ class Calibration:
 
     def __init__(self, spec: RunSpec, model: nn.Module, predict: Predict, device: torch.device) -> None:
         self.dataset = datasets.clean_source(spec.dataset)
-        self.preset = SOURCES[self.dataset][1]
+        self.preset = ccc_preset(self.dataset)
         self.target = spec.target
         clean = load_corrupted(self.dataset, "clean", 1)
         self.images = subsample(*clean, CALIBRATION_IMAGES, CALIBRATION_SEED, seeding.CCC_CALIBRATION)
@@ -67,6 +77,7 @@ class Calibration:
         self.identity = {
             "weights": weights_fingerprint(model),
             "dataset": self.dataset,
+            "preset": self.preset,
             "images": CALIBRATION_IMAGES,
             "precision": spec.precision,
             "device": device.type,

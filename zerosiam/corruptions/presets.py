@@ -1,4 +1,5 @@
-"""Severity constants of ImageNet-C (224×224) and CIFAR-10-C (32×32), copied from the specification.
+"""Severity constants of ImageNet-C (224×224) and CIFAR-10-C (32×32), copied from the specification, and
+the scale a CIFAR-10 CCC stream walks (``cifar-ccc``: CIFAR-10-C's, with ImageNet-C's per-pixel constants).
 
 ``PRESETS[preset].params(name, severity)`` gives what the corruption function of ``name`` receives. A few
 entries carry a preset-level constant next to the per-severity ones (the fog map size, the frost texture
@@ -117,7 +118,16 @@ class Preset:
         return self.table[corruption][severity - 1]
 
 
+# The corruptions whose constants act on each pixel alone, or on the image's mean: the same constant does
+# the same to an image of any size, where a kernel's, a map's or a JPEG block's is tied to 224 pixels.
+PER_PIXEL = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise", "brightness", "contrast", "saturate",
+)  # fmt: skip
+
 PRESETS: dict[str, Preset] = {
     "imagenet": Preset("imagenet", 224, _IMAGENET),
     "cifar": Preset("cifar", 32, _CIFAR),
+    # CIFAR-10-C's scale with ImageNet-C's harsher constants where they mean the same at 32 pixels: the
+    # scale CCC walks (it corrupts with ImageNet-C's), under which a CIFAR model can be brought near chance
+    "cifar-ccc": Preset("cifar-ccc", 32, _CIFAR | {name: _IMAGENET[name] for name in PER_PIXEL}),
 }
