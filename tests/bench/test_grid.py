@@ -346,3 +346,43 @@ def test_runs_stored_from_another_device_are_made_again_here_and_replace_their_r
     again = store.get(tent.run_id)
     assert "gpu" not in again["env"] and again["metrics"]["accuracy"] == row["metrics"]["accuracy"]
     assert execute(specs, store, Execution(backend="inline", progress=False), remake="H200") == (0, [])
+
+
+def test_one_device_makes_again_only_what_keeps_a_guard_cell_off_one_device(fake_domains, tiny_model, tmp_path):
+    """``--one-device``: of the cells whose guards' runs ran on different devices, the runs not made here
+    are made again here, the unguarded first; a guard that a remade unguarded run shows never acting is
+    judged on it, its own run (elsewhere) not made again. Cells on one device, or judged on one with a
+    stand-in, are left as they are."""
+    from zerosiam.bench.execution import device_here, off_device
+    from zerosiam.bench.guard_goals import guard_scores
+
+    specs = Grid(models=["resnet20"], methods=["noadapt", "tent"], corruptions=["fog", "snow"],
+                 protocols=["bs1"], guards=["none", "sar"], sweep={"lr": [1e-4, 1000.0]}).specs()  # fmt: skip
+    store = ResultStore(tmp_path / "one.db")
+    inline = Execution(backend="inline", progress=False)
+    assert execute(specs, store, inline) == (8, [])
+    tent = {(s.corruption, s.hparams["lr"], s.guard): s for s in specs if s.method == "tent"}
+
+    def move(spec: RunSpec, env: dict, drop: str | None = None) -> None:
+        row = store.get(spec.run_id)
+        metrics = {k: v for k, v in row["metrics"].items() if k != drop}
+        store.put(spec.run_id, "vision", row["spec"], metrics, {}, {**row["env"], **env}, replace=True)
+
+    gpu = {"gpu": "NVIDIA H200"}
+    move(tent["fog", 1000.0, "sar"], gpu)  # SAR's reset fires here: its run must come here
+    move(tent["snow", 1000.0, "none"], gpu)  # the unguarded run must come here
+    quiet = tent["snow", 1e-4, "none"]
+    move(quiet, gpu, drop="sar_guard_fires")  # it cannot tell whether SAR's reset acts ...
+    row = store.get(quiet.run_id)
+    spare = dataclasses.replace(quiet, guard="sar")  # ... beside a SAR run on an unnamed CPU
+    store.put(spare.run_id, "vision", spare.as_dict(), row["metrics"], {}, {"device": "cpu"})
+    assert len(off_device(specs, store, device_here("cpu"))) == 4
+    assert execute(specs, store, inline, one_device=True) == (3, [])
+    here = device_here("cpu")
+    assert all(store.get(tent[key].run_id)["env"].get("cpu_model") for key in
+               [("fog", 1000.0, "sar"), ("snow", 1000.0, "none"), ("snow", 1e-4, "none")])  # fmt: skip
+    assert store.get(spare.run_id)["env"] == {"device": "cpu"}  # not made again: the new twin shows it
+    assert off_device(specs, store, here) == set()
+    assert execute(specs, store, inline, one_device=True) == (0, [])
+    sar = next(score for score in guard_scores(store.rows("vision")) if score.guard == "sar")
+    assert (sar.cells, sar.across_devices) == (4, 0)

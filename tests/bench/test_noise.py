@@ -230,6 +230,28 @@ def test_a_guard_loses_a_cell_only_beyond_its_noise_and_never_across_devices():
     assert scores["auto"].lost == ()  # 3 points are inside a band of 4
 
 
+def test_a_guard_that_never_acts_is_judged_on_the_unguarded_run_where_its_own_ran_elsewhere():
+    """A guarded run on another device gives way to the unguarded run where that run shows the guard
+    never acting on it (the stand-in is the guard's run on the unguarded run's device); where it would
+    act, the cell stays set aside."""
+    quiet = make_row("tent", "fog", 0.70)
+    quiet["metrics"]["sar_guard_fires"] = False
+    fires = make_row("tent", "snow", 0.40)
+    fires["metrics"]["sar_guard_fires"] = True
+    rows = [
+        make_row("noadapt", "fog", 0.60),
+        make_row("noadapt", "snow", 0.60),
+        quiet,
+        guarded("tent", "fog", 0.65, "sar"),
+        fires,
+        guarded("tent", "snow", 0.55, "sar"),
+    ]
+    for row in rows[3::2]:
+        row["env"] = {"gpu": "NVIDIA H200"}  # both guarded runs on a GPU, their twins on a CPU
+    sar = next(score for score in guard_scores(rows) if score.guard == "sar")
+    assert (sar.cells, sar.stand_ins, sar.across_devices, sar.kept) == (1, 1, 1, pytest.approx(10.0))
+
+
 def test_report_noise_prints_the_table_and_the_summary_uses_the_stores_noise(tmp_path, capsys):
     from zerosiam.bench.store import ResultStore
 

@@ -7,7 +7,7 @@ by skipping the runs whose rows exist: none is lost, none is duplicated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,6 +17,9 @@ from zerosiam import corruptions
 from zerosiam.bench import datasets
 from zerosiam.bench.backends import BACKENDS
 from zerosiam.bench.checkpoint import Checkpointing
+from zerosiam.bench.device import describe_device, resolve_device
+from zerosiam.bench.environment import cpu_model
+from zerosiam.bench.guard_goals import cell_key, set_aside
 from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import Failure, ResultStore
 from zerosiam.bench.tables import device_of
@@ -48,17 +51,38 @@ def splits_of(spec: RunSpec) -> set[tuple[str, str, int]]:
     return {(spec.dataset, name, severity) for name in names for severity in severities}
 
 
-def pending(specs: Iterable[RunSpec], store: ResultStore, remake: str | None = None) -> list[RunSpec]:
+def pending(
+    specs: Iterable[RunSpec], store: ResultStore, remake: str | None = None, here: str | None = None
+) -> list[RunSpec]:
     """The runs with no stored result (never run, interrupted, or failed before), less those that are
     their stored unguarded run (``same_as_unguarded``); with ``remake``, also the stored runs made on that
     device (``made_on``), to be made again here, guarded runs included: a guard cell is judged only on
-    runs of one device."""
+    runs of one device. With ``here`` (this machine's device, ``device_here``), also the stored runs of the
+    guard cells that cannot be judged on one device (``guard_goals.set_aside``) not made here."""
+    specs = list(specs)
+    off = off_device(specs, store, here) if here is not None else set()
     return [
         spec
         for spec in specs
         if (not store.has(spec.run_id) and not same_as_unguarded(spec, store))
         or (remake is not None and store.has(spec.run_id) and made_on(store.get(spec.run_id), remake))
+        or spec.run_id in off
     ]
+
+
+def device_here(device: str) -> str:
+    """The device a run made here on ``device`` (``--device``) records, as ``device_of`` names it."""
+    return device_of({"env": describe_device(resolve_device(device)) | {"cpu_model": cpu_model()}})
+
+
+def off_device(specs: Sequence[RunSpec], store: ResultStore, here: str) -> set[str]:
+    """The stored runs among ``specs`` of the guard cells set aside across devices, not made on ``here``:
+    made again here, they bring each such cell onto this one device."""
+    rows = {spec.run_id: store.get(spec.run_id) for spec in specs if store.has(spec.run_id)}
+    aside = set_aside(rows.values(), {spec.guard for spec in specs})
+    return {
+        run_id for run_id, row in rows.items() if cell_key(row["spec"]) in aside and device_of(row) != here
+    }
 
 
 def made_on(row: Mapping[str, Any], device: str) -> bool:
@@ -83,7 +107,11 @@ def same_as_unguarded(spec: RunSpec, store: ResultStore) -> bool:
 
 
 def execute(
-    specs: list[RunSpec], store: ResultStore, execution: Execution | None = None, remake: str | None = None
+    specs: list[RunSpec],
+    store: ResultStore,
+    execution: Execution | None = None,
+    remake: str | None = None,
+    one_device: bool = False,
 ) -> tuple[int, list[Failure]]:
     """Run the specs that have no row yet, writing each result as it finishes and each failure as it
     happens; returns how many ran and the failures. A failed run does not stop the others.
@@ -100,9 +128,13 @@ def execute(
     ``remake`` (a device, as ``made_on`` reads it) makes the grid's runs stored from that device again
     on this one, each replacing its stored row: the way to bring a table or a guard cell onto one device.
     A remake stopped part-way and started again makes again what it had already remade, unless the device
-    named is not this one."""
+    named is not this one. ``one_device`` makes again here only the runs of the guard cells that cannot
+    be judged on one device, those not made here (``off_device``): the unguarded runs first, and a guard
+    that a remade unguarded run shows never acting is judged on it, its own run not made again. Either
+    way, a guarded run is not remade where its unguarded run shows it to be that run."""
     execution = execution or Execution()
-    todo = pending(specs, store, remake)
+    here = device_here(execution.device) if one_device else None
+    todo = pending(specs, store, remake, here)
     if not todo:
         return 0, []
     execution = replace(execution, watch=execution.watch or any(spec.guard == AUTO for spec in todo))
@@ -118,9 +150,8 @@ def execute(
     ran = 0
     for runs in _unguarded_first(todo):
         # less the guarded runs the first round's unguarded runs turned out to be (and the remade ones)
-        left = [spec for spec in runs if spec.run_id in remade] + pending(
-            [spec for spec in runs if spec.run_id not in remade], store
-        )
+        left = [spec for spec in runs if spec.run_id in remade and not same_as_unguarded(spec, store)]
+        left += pending([spec for spec in runs if spec.run_id not in remade], store)
         bar.update(len(runs) - len(left))
         if not left:
             continue

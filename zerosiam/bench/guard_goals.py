@@ -28,8 +28,10 @@ device and execution, and a guard that watches without acting changes no computa
 
 A cell is judged only where all of its guards' runs ran on one device (:func:`device_of`): an online run's
 number moves with its rounding, so a guarded run on a GPU against its unguarded twin on a CPU compares
-executions, not guards. The cells set aside are counted (``GuardScore.across_devices``) and listed by
-``cells_markdown``.
+executions, not guards. A guard that never acts on the unguarded run is judged on it even where its own
+run was made on another device (the stand-in is that run on the unguarded run's device). The cells still
+set aside are counted (``GuardScore.across_devices``) and listed by ``cells_markdown``; ``zerosiam bench
+--one-device`` makes their runs again on one machine.
 """
 
 from __future__ import annotations
@@ -227,12 +229,15 @@ def _with_stand_ins(
     rows: list[Mapping[str, Any]], worn: set[str]
 ) -> tuple[list[Mapping[str, Any]], set[tuple[str, str]]]:
     """``rows`` and, for each unguarded adapting run and each guard of :data:`STOOD_IN` that never acts on
-    it and has no run of its own in that cell, that run as the guard's; with the (guard, cell) pairs
-    stood in for. Only when some guard ran or is ``worn``: a store of unguarded runs compares no guards."""
+    it and has no run of its own in that cell on the same device, that run as the guard's; with the
+    (guard, cell) pairs stood in for. A guard's own run on another device gives way to the stand-in (it is
+    left out): the stand-in is what the guard would make on the unguarded run's device, bit for bit, and
+    judging there keeps the cell on one device. Only when some guard ran or is ``worn``: a store of
+    unguarded runs compares no guards."""
     guarded = ({row["spec"].get("guard", NO_GUARD) for row in rows} | worn) - {NO_GUARD}
     if not guarded:
         return rows, set()
-    ran = {(row["spec"].get("guard", NO_GUARD), cell_key(row["spec"])) for row in rows}
+    made_on = {_worn_cell(row): device_of(row) for row in rows}
     stand_ins: dict[tuple[str, str], Mapping[str, Any]] = {}  # (guard, cell) → the unguarded row, worn
     for row in rows:
         spec = row["spec"]
@@ -240,9 +245,23 @@ def _with_stand_ins(
             continue
         cell = cell_key(spec)
         for guard in STOOD_IN:
-            if (guard, cell) not in ran and never_acts(guard, row["metrics"]):
+            if made_on.get((guard, cell)) != device_of(row) and never_acts(guard, row["metrics"]):
                 stand_ins[guard, cell] = _as_worn(row, guard)
-    return rows + list(stand_ins.values()), set(stand_ins)
+    kept = [
+        row for row in rows if (row["spec"].get("guard", NO_GUARD), cell_key(row["spec"])) not in stand_ins
+    ]
+    return kept + list(stand_ins.values()), set(stand_ins)
+
+
+def _worn_cell(row: Mapping[str, Any]) -> tuple[str, str]:
+    """A run's guard and cell."""
+    return row["spec"].get("guard", NO_GUARD), cell_key(row["spec"])
+
+
+def set_aside(rows: Iterable[Mapping[str, Any]], worn: Iterable[str] = ()) -> dict[str, set[str]]:
+    """The guard cells among ``rows`` that cannot be judged on one device, even with the stand-ins: cell →
+    the devices its guards' runs ran on (what ``zerosiam bench --one-device`` makes again)."""
+    return _cells(rows, worn).across_devices
 
 
 def _as_worn(row: Mapping[str, Any], guard: str) -> dict[str, Any]:

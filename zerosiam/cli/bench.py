@@ -174,6 +174,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="make the grid's runs stored from DEVICE again here, replacing them: cpu, gpu, or part of a "
         "device's name (H200, AMD EPYC); how a table or a guard cell comes onto one device",
     )
+    parser.add_argument(
+        "--one-device",
+        action="store_true",
+        help="make again here the runs of the grid's guard cells whose guards ran on different devices "
+        "(those not made here; `zerosiam report --guards --cells` lists them), so each is judged on one",
+    )
     parser.add_argument("--backend", choices=("local", "ray", "inline"), default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     parser.add_argument("--workers", type=positive_int, help="parallel runs (default: cores / threads)")
@@ -282,12 +288,16 @@ def main(args: argparse.Namespace) -> int:
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
+    if (args.one_device or args.remake_from) and args.backend == "ray":
+        raise UsageError(
+            "--one-device and --remake-from make runs again on this machine; use --backend local"
+        )
     execution = _execution(args)
     store = open_for_writing(args.db)  # the first write
     specs = _specs(grid, store)
     try:
         with interruptible():
-            ran, failures = execute(specs, store, execution, remake=args.remake_from)
+            ran, failures = execute(specs, store, execution, args.remake_from, args.one_device)
     except Interrupted as stop:
         print(resume_hint(stop, store, specs, args.db), file=sys.stderr)
         raise
@@ -296,6 +306,7 @@ def main(args: argparse.Namespace) -> int:
     spared = f", {same} the same as their stored unguarded run (their guard never acts on it)" if same else ""
     stored = len(specs) - ran - same
     remade = f" (those stored from {args.remake_from} made again)" if args.remake_from else ""
+    remade += " (the runs of guard cells on several devices made again here)" if args.one_device else ""
     print(f"{ran - len(failures)} run(s) executed{remade}{failed}, {stored} already in {args.db}{spared}")
     if not args.no_report:
         from zerosiam.bench.report import build_tables, to_markdown
