@@ -348,7 +348,9 @@ def test_runs_stored_from_another_device_are_made_again_here_and_replace_their_r
     assert execute(specs, store, Execution(backend="inline", progress=False), remake="H200") == (0, [])
 
 
-def test_one_device_makes_again_only_what_keeps_a_guard_cell_off_one_device(fake_domains, tiny_model, tmp_path):
+def test_one_device_makes_again_only_what_keeps_a_guard_cell_off_one_device(
+    fake_domains, tiny_model, tmp_path
+) -> None:
     """``--one-device``: of the cells whose guards' runs ran on different devices, the runs not made here
     are made again here, the unguarded first; a guard that a remade unguarded run shows never acting is
     judged on it, its own run (elsewhere) not made again. Cells on one device, or judged on one with a
@@ -363,7 +365,7 @@ def test_one_device_makes_again_only_what_keeps_a_guard_cell_off_one_device(fake
     assert execute(specs, store, inline) == (8, [])
     tent = {(s.corruption, s.hparams["lr"], s.guard): s for s in specs if s.method == "tent"}
 
-    def move(spec: RunSpec, env: dict, drop: str | None = None) -> None:
+    def move(spec, env: dict, drop: str | None = None) -> None:
         row = store.get(spec.run_id)
         metrics = {k: v for k, v in row["metrics"].items() if k != drop}
         store.put(spec.run_id, "vision", row["spec"], metrics, {}, {**row["env"], **env}, replace=True)

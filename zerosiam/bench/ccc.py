@@ -10,8 +10,9 @@ CIFAR-10 a stream corrupts with :data:`CCC_PRESETS`' scale, CIFAR-10-C's with Im
 constants where they act pixel by pixel (the noises, contrast, brightness, saturation): CIFAR-10-C's own
 cannot bring a model below about half its images, let alone near chance. CCC calibrates on quarter steps
 of severity with interpolated constants; this project's corruptions have the five published severities,
-so a walk moves in whole steps. A grid is 36 small forward passes; it depends on the weights, the data, the pair and the
-arithmetic, and is kept in the cache under all of them, so every method and seed of a model reuses it.
+so a walk moves in whole steps. A grid is 36 small forward passes; it depends on the weights, the data,
+the scale, the pair and the arithmetic, and is kept in the cache under all of them, so every method and
+seed of a model reuses it.
 """
 
 from __future__ import annotations
