@@ -9,6 +9,8 @@
 #   SELECT=0 SEVERITIES="1 2 3 4 5" GRIDS=guard_heldout bash benchmarks/study_gpu.sh 470 /tmp/study.db  # held out
 #   SELECT=0 REMAKE=gpu METHODS=deyo,come GRIDS=label_shift bash benchmarks/study_gpu.sh 470 /tmp/study.db
 #       # the grid's runs of those methods stored from a GPU made again here (zerosiam bench --remake-from)
+#   SELECT=0 ONE_DEVICE=1 GRIDS="guard_falls guard_gains guard_noise guard_mixed guard_blind_spot guard_epochs" \
+#     bash benchmarks/study_gpu.sh 470 /tmp/study.db  # the guard cells set aside across devices, made again here
 #
 # SEVERITIES (default 5) are the severities built first: the gradual stream reads all five.
 # The working store starts as a SQLite copy of the committed text store docs/results/study, so a fresh machine goes on
@@ -74,13 +76,13 @@ bench() {  # bench GRID [WORKERS]: a grid of docs/results/grids (or a .yaml path
   local grid=$1; [[ $grid == *.yaml ]] || grid=docs/results/grids/$grid.yaml
   python -m zerosiam bench --grid "$grid" --db "$db" --device "$device" \
     --workers "${2:-$workers}" --no-report --stack --checkpoint-every "${CHECKPOINT_EVERY:-120}" ${LIMIT:+--limit $LIMIT} \
-    ${METHODS:+--methods "$METHODS"} ${REMAKE:+--remake-from "$REMAKE"}
+    ${METHODS:+--methods "$METHODS"} ${REMAKE:+--remake-from "$REMAKE"} ${ONE_DEVICE:+--one-device}
 }
 
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 15 \
   > "$logs/gpu.csv" 2>&1 &
 export -f build select_rates bench
-export db device workers LIMIT CHECKPOINT_EVERY METHODS REMAKE
+export db device workers LIMIT CHECKPOINT_EVERY METHODS REMAKE ONE_DEVICE
 step data_clean "build clean"  # first alone: it decodes the clean test set that every build reads
 names=$(python -c "from zerosiam import corruptions; print(*corruptions.BENCHMARK, *corruptions.EXTRA)")
 step data "for name in $names; do for severity in ${SEVERITIES:-5}; do build \$name \$severity & done; done; wait"
