@@ -137,7 +137,7 @@ def execute(
     todo = pending(specs, store, remake, here)
     if not todo:
         return 0, []
-    execution = replace(execution, watch=execution.watch or any(spec.guard == AUTO for spec in todo))
+    execution = replace(execution, watch=execution.watch or any(spec.guard == AUTO for spec in specs))
     backend = BACKENDS.get(execution.backend)
     if backend is None:
         raise ValueError(f"unknown backend {execution.backend!r}; choose one of {sorted(BACKENDS)}")
