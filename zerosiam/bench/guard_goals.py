@@ -303,7 +303,8 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
     ]
     if scores and scores[0].across_devices:
         lines.append(
-            f"\n{scores[0].across_devices} cells set aside: their guards' runs ran on different devices."
+            f"\n{scores[0].across_devices} cells set aside: their guards' runs ran on different devices "
+            "(`zerosiam bench --grid ... --one-device` makes them again on one)."
         )
     lines += [
         f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs "
