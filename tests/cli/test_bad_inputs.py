@@ -184,6 +184,13 @@ def test_a_bad_number_for_adapt_is_refused_before_any_work(tmp_path, capsys, fla
     assert says in err and not db.exists()
 
 
+def test_one_device_on_a_ray_cluster_is_refused_before_any_work(tmp_path, capsys):
+    """``--one-device`` makes runs again on this machine's device: Ray could place them elsewhere."""
+    db = tmp_path / "x.db"
+    err = refused(capsys, bench(db, "--methods", "tent", "--one-device", "--backend", "ray"))
+    assert "--one-device makes runs again on this machine" in err and not db.exists()
+
+
 @pytest.mark.usefixtures("fake_domains")
 def test_a_grid_files_bad_number_is_refused_too(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"

@@ -247,9 +247,7 @@ def _with_stand_ins(
         for guard in STOOD_IN:
             if made_on.get((guard, cell)) != device_of(row) and never_acts(guard, row["metrics"]):
                 stand_ins[guard, cell] = _as_worn(row, guard)
-    kept = [
-        row for row in rows if (row["spec"].get("guard", NO_GUARD), cell_key(row["spec"])) not in stand_ins
-    ]
+    kept = [row for row in rows if _worn_cell(row) not in stand_ins]
     return kept + list(stand_ins.values()), set(stand_ins)
 
 

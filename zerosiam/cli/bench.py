@@ -288,10 +288,8 @@ def main(args: argparse.Namespace) -> int:
     grid = grid_from_args(args)  # everything is checked before a worker starts or a row is written
     if args.gpus_per_run < 0 or (args.gpus_per_run and args.backend != "ray"):
         raise UsageError(f"--gpus-per-run {args.gpus_per_run} needs --backend ray and a non-negative number")
-    if (args.one_device or args.remake_from) and args.backend == "ray":
-        raise UsageError(
-            "--one-device and --remake-from make runs again on this machine; use --backend local"
-        )
+    if args.one_device and args.backend == "ray":
+        raise UsageError("--one-device makes runs again on this machine; use --backend local or inline")
     execution = _execution(args)
     store = open_for_writing(args.db)  # the first write
     specs = _specs(grid, store)
