@@ -111,6 +111,22 @@ def test_a_run_in_both_takes_the_sqlite_version_and_the_folder_keeps_the_rest(st
     assert set(unchanged) <= set(lines(folder / RUNS))
 
 
+def test_an_older_store_exported_again_does_not_undo_a_run_made_since(store, tmp_path):
+    """A run made again (a remake) and exported is not put back by a later export of a working store that
+    still holds its earlier making: the folder keeps the run made last, with its curves."""
+    folder = tmp_path / "study"
+    write_text(store, folder, keep_all)
+    remade = ResultStore(tmp_path / "remade.db")
+    put(remade, spec("tent", "fog"), 0.25, {"accuracy": [9.0]})
+    write_text(remade, folder, keep_all)
+    common = run_id_for(spec("tent", "fog"))
+    after = (lines(folder / RUNS), lines(folder / CURVES))
+    assert write_text(store, folder, keep_all) == 0
+    assert (lines(folder / RUNS), lines(folder / CURVES)) == after
+    row = {row["run_id"]: row for row in open_store(folder).rows()}[common]
+    assert (row["metrics"]["accuracy"], row["curves"]) == (0.25, {"accuracy": [9.0]})
+
+
 def test_the_rebuild_is_reused_until_the_text_changes(store, tmp_path, cache):
     folder = tmp_path / "study"
     write_text(store, folder, keep_all)

@@ -53,19 +53,25 @@ def write_text(store: ResultStore, folder: Path, keep_curves: Callable[[dict[str
     """Add the runs of the SQLite ``store`` to the text store ``folder`` (created if need be); return how
     many runs were new there.
 
-    Runs already in the folder stay, their lines untouched; a run in both takes the SQLite version (the
-    same line, when nothing changed). A run's curves are written when they are not empty and
+    Runs already in the folder stay, their lines untouched; a run in both takes the version made last
+    (its ``created``; the SQLite one on a tie, the same line when nothing changed), so that exporting an
+    older working store does not undo a run made again since (``zerosiam bench --remake-from``,
+    ``--one-device``), curves included. A run's curves are written when they are not empty and
     ``keep_curves(row)`` says so (the row has its run_id, kind, spec, metrics, env and created; its curves
     are read only for the runs kept), and those already in the folder stay. Each file is replaced
     atomically, the curves first, so a reader never sees half a file nor a run whose curves are missing.
     """
     folder = Path(folder)
-    runs = {run_id: line for run_id, line, _ in _parse(folder / RUNS)}
+    parsed = _parse(folder / RUNS)
+    runs = {run_id: line for run_id, line, _ in parsed}
+    made = {run_id: value["created"] for run_id, _, value in parsed}
     curves = {run_id: line for run_id, line, _ in _parse(folder / CURVES)}
     before = set(runs)
     with store._connect() as db:
         for values in db.execute(f"SELECT {', '.join(_RUN_KEYS)} FROM runs"):
             row = dict(zip(_RUN_KEYS, values, strict=True))
+            if made.get(row["run_id"], row["created"]) > row["created"]:
+                continue  # the folder holds a later making of this run
             for key in ("spec", "metrics", "env"):
                 row[key] = json.loads(row[key])
             runs[row["run_id"]] = canonical_json(row)
