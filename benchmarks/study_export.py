@@ -5,7 +5,9 @@
 
 The committed store is text (``zerosiam.bench.textstore``: one line per run, sorted), so that an export
 adds lines to the git history instead of another copy of a binary file; runs already there keep their
-lines byte for byte. A target named ``*.db`` is a SQLite file instead, as ``benchmarks/study_gpu.sh`` ships.
+lines byte for byte, unless the store made them again later (a remake); a store older than the folder's
+run never puts it back. A target named ``*.db`` is a SQLite file instead, as ``benchmarks/study_gpu.sh``
+ships.
 
 A batch-64 run's per-step curves take about 20 kB and a batch-1 run's about 1 MB, so a store of the whole
 study would be hundreds of MB. The committed store (docs/RESULTS.md) keeps every run's spec, metrics and
