@@ -54,14 +54,12 @@ def ccc_preset(dataset: str) -> str:
 def ccc_source(spec: RunSpec, model: nn.Module, predict: Predict, device: torch.device) -> CCCSource:
     """The clean images, corruption engine and calibrated walks of ``spec``'s CCC stream; the walks are
     calibrated on the unadapted ``model`` (``predict`` runs it on ``device``)."""
-    dataset = datasets.clean_source(spec.dataset)
-    preset = ccc_preset(dataset)
+    calibration = Calibration(spec, model, predict, device)  # the stream corrupts on the scale it calibrates
 
     def corrupt(images: np.ndarray, name: str, severity: int, first: int) -> np.ndarray:
-        return apply(images, name, severity, preset=preset, seed=spec.seed, start_index=first)
+        return apply(images, name, severity, preset=calibration.preset, seed=spec.seed, start_index=first)
 
-    calibration = Calibration(spec, model, predict, device)
-    return CCCSource(load_corrupted(dataset, "clean", 1), corrupt, calibration.walk)
+    return CCCSource(load_corrupted(calibration.dataset, "clean", 1), corrupt, calibration.walk)
 
 
 class Calibration:

@@ -18,7 +18,7 @@ from zerosiam.bench import datasets
 from zerosiam.bench.backends import BACKENDS
 from zerosiam.bench.checkpoint import Checkpointing
 from zerosiam.bench.device import describe_device, resolve_device
-from zerosiam.bench.environment import cpu_model
+from zerosiam.bench.environment import environment
 from zerosiam.bench.guard_goals import cell_key, set_aside
 from zerosiam.bench.spec import KIND, NO_GUARD, RunSpec
 from zerosiam.bench.store import Failure, ResultStore
@@ -72,7 +72,7 @@ def pending(
 
 def device_here(device: str) -> str:
     """The device a run made here on ``device`` (``--device``) records, as ``device_of`` names it."""
-    return device_of({"env": describe_device(resolve_device(device)) | {"cpu_model": cpu_model()}})
+    return device_of({"env": environment() | describe_device(resolve_device(device))})  # as a run records
 
 
 def off_device(specs: Sequence[RunSpec], store: ResultStore, here: str) -> set[str]:

@@ -237,7 +237,7 @@ def _with_stand_ins(
     guarded = ({row["spec"].get("guard", NO_GUARD) for row in rows} | worn) - {NO_GUARD}
     if not guarded:
         return rows, set()
-    made_on = {_worn_cell(row): device_of(row) for row in rows}
+    ran_on = {_worn_cell(row): device_of(row) for row in rows}
     stand_ins: dict[tuple[str, str], Mapping[str, Any]] = {}  # (guard, cell) → the unguarded row, worn
     for row in rows:
         spec = row["spec"]
@@ -245,7 +245,7 @@ def _with_stand_ins(
             continue
         cell = cell_key(spec)
         for guard in STOOD_IN:
-            if made_on.get((guard, cell)) != device_of(row) and never_acts(guard, row["metrics"]):
+            if ran_on.get((guard, cell)) != device_of(row) and never_acts(guard, row["metrics"]):
                 stand_ins[guard, cell] = _as_worn(row, guard)
     kept = [row for row in rows if _worn_cell(row) not in stand_ins]
     return kept + list(stand_ins.values()), set(stand_ins)
