@@ -30,7 +30,9 @@ again from git alone:
 fired at most once runs under it exactly as under ``auto``; ``shrink`` and ``recover`` (the step's size
 after a trigger, and when the full step comes back) change nothing before the first, and a looser bar (a
 lower ``min_agreement``, a higher ``max_narrowing``) fires later or not at all, so a cell where ``auto``
-never fired runs under any of them as under ``auto``. Only the other cells are run, and the rest are
+never fired runs under any of them as under ``auto``; a finite ``max_widening`` only excuses triggers the
+agreement bar made alone, so a cell whose every trigger crossed the narrowing bar runs under it as under
+``auto``. Only the other cells are run, and the rest are
 judged on ``auto``'s runs (as ``rdumb``'s idle cells are judged on the unguarded runs). A stricter bar,
 or ``relative=false`` (a higher agreement bar), may fire where ``auto`` never did: it runs everywhere.
 
@@ -74,7 +76,8 @@ from zerosiam.parts.guards import AUTO, GUARDS, SourceProbe
 GRIDS = Path("docs/results/grids")
 COMPARED = ["none", "sar", "auto"]
 DEFAULTS = {name: p.default for name, p in inspect.signature(SourceProbe).parameters.items()}
-LOOSER = {"min_agreement": -1, "max_narrowing": +1}  # the direction in which a bar lets more through
+LOOSER = {"min_agreement": -1, "max_narrowing": +1, "max_widening": -1}  # where a bar lets more through
+AGREEMENT_ALONE = {"max_widening"}  # settings that can drop only a trigger the agreement bar made alone
 
 
 def settings_of(variant: str) -> dict[str, Any]:
@@ -129,14 +132,27 @@ def fired_before_change(name: str, value: Any) -> float | None:
     return None
 
 
-def quiet_auto_run(spec: RunSpec, committed: ResultStore, fired_below: float) -> dict[str, Any] | None:
-    """``auto``'s run of this cell if it fired fewer than ``fired_below`` times, else None: its stored run,
-    or where none was made because ``auto``'s watch showed that it never acts there, the watched unguarded
-    run (which ``auto``'s would have been, step for step)."""
+def triggers_that_count(metrics: dict[str, Any], agreement_alone: bool) -> int:
+    """``auto``'s triggers in a stored run, or with ``agreement_alone`` only those the agreement bar made
+    alone (a trigger that crossed the narrowing bar fires under a setting that excuses only the agreement
+    bar's): all of them where the run did not count its triggers by bar."""
+    triggers = int(metrics.get("guard_triggers") or 0)
+    if agreement_alone and "guard_triggers_on_narrowing" in metrics:
+        return triggers - int(metrics["guard_triggers_on_narrowing"])
+    return triggers
+
+
+def quiet_auto_run(
+    spec: RunSpec, committed: ResultStore, fired_below: float, agreement_alone: bool = False
+) -> dict[str, Any] | None:
+    """``auto``'s run of this cell if it fired fewer than ``fired_below`` times (counted as
+    ``triggers_that_count``), else None: its stored run, or where none was made because ``auto``'s watch
+    showed that it never acts there, the watched unguarded run (which ``auto``'s would have been, step for
+    step)."""
     auto = as_auto(spec)
     if auto.run_id in committed:
         row = committed.get(auto.run_id)
-        return row if int(row["metrics"].get("guard_triggers") or 0) < fired_below else None
+        return row if triggers_that_count(row["metrics"], agreement_alone) < fired_below else None
     return committed.get(unguarded(spec)) if same_as_unguarded(auto, committed) else None
 
 
@@ -209,7 +225,7 @@ def main() -> None:
     if args.where_auto_fired and None in fired:
         parser.error(
             "--where-auto-fired takes only escalate, shrink, recover, a lower min_agreement, a higher "
-            "max_narrowing"
+            "max_narrowing, a finite max_widening"
         )
     if not args.judge_only and is_text_store(args.db):
         parser.error(f"--db {args.db} is a committed text store: give --judge-only, or run into a .db")
@@ -223,7 +239,8 @@ def main() -> None:
     quiet = {}  # the cells judged on auto's runs: by the variant's run id, auto's row
     if args.where_auto_fired:
         fired_below = min(fired, default=math.inf)
-        quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below))}
+        alone = all(set(settings_of(variant)) <= AGREEMENT_ALONE for variant in args.variant)
+        quiet = {s.run_id: row for s in variants if (row := quiet_auto_run(s, committed, fired_below, alone))}
     if not args.judge_only:
         first, count = (int(value) for value in args.shard.split("/"))
         runs = [s for s in variants if s.run_id not in quiet]

@@ -177,6 +177,25 @@ def test_with_relative_the_agreement_bar_scales_with_the_sources_confidence():
     assert fired(SourceProbe(), agreeing=6) > 0  # 0.38: a model leaving the source's calls
 
 
+def test_with_max_widening_a_parting_toward_more_spread_calls_is_excused_and_a_collapse_is_not():
+    def fired(probe: SourceProbe, called: torch.Tensor, labels: torch.Tensor) -> int:
+        """Put-backs over 64 steps of 16 images that the source calls as ``labels`` (sure at 0.6, a bar of
+        0.51) and the adapted model as ``called``."""
+        learner, x = _Unsure(), labels.float().view(16, 1, 1, 1).expand(16, 3, 4, 4)
+        for _ in range(64):
+            probe(learner, x, _calls(called), [])
+        return learner.put_back
+
+    crowded = torch.arange(16) % 3  # a source that calls three classes only
+    spread = torch.arange(16) % 10  # an adapted model that takes them apart over ten: 5 of 16 agree
+    assert fired(SourceProbe(), spread, crowded) > 0  # auto: under the agreement bar
+    assert fired(SourceProbe(max_widening=0.05), spread, crowded) == 0  # 1.0 nats wider: excused
+    shifted = (spread + 1) % 10  # 0 of 16 agree, as spread as the source: not excused
+    assert fired(SourceProbe(max_widening=0.05), shifted, spread) > 0
+    collapsed = torch.full((16,), 4)  # one class: the narrowing bar, whatever the widening
+    assert fired(SourceProbe(max_widening=0.05), collapsed, crowded) > 0
+
+
 def test_a_probe_records_which_bar_each_trigger_crossed():
     def crossed(called: torch.Tensor) -> dict[str, bool]:
         """The first probe's (step 4, a warm-up probe) causes, the adapted model calling 16 images of
