@@ -205,6 +205,7 @@ def main() -> None:
     parser.add_argument("--model", type=csv_list, default=["convnext_nano_ln"], help="one or more, commas")
     parser.add_argument("--methods", type=csv_list, help="only these of the grids' methods, commas")
     parser.add_argument("--protocols", type=csv_list, help="only these of the grids' streams, commas")
+    parser.add_argument("--corruptions", type=csv_list, help="only these of the grids' corruptions, commas")
     parser.add_argument("--variant", action="append", required=True, help="NAME=VALUE,...; repeatable")
     parser.add_argument("--grids", type=csv_list, default=["guard_gains.yaml", "guard_falls.yaml"])
     parser.add_argument("--db", type=Path, default=Path("runs/guard_variants.db"), help="the variants' runs")
@@ -234,6 +235,7 @@ def main() -> None:
     variants = cells(args.grids, args.model, names, committed)  # NoAdapt wears no guard: not here
     variants = [spec for spec in variants if not args.methods or spec.method in args.methods]
     variants = [spec for spec in variants if not args.protocols or spec.protocol in args.protocols]
+    variants = [spec for spec in variants if not args.corruptions or spec.corruption in args.corruptions]
     if args.where_auto_lost:
         variants = [spec for spec in variants if lost_by_auto(spec, committed)]
     quiet = {}  # the cells judged on auto's runs: by the variant's run id, auto's row

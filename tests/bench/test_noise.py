@@ -18,6 +18,7 @@ from zerosiam.bench.guard_goals import guard_scores
 from zerosiam.bench.noise import NOISE_BANDS, Noise, noise_cells, noise_of
 from zerosiam.bench.replica import ROUNDING_STEP, jittered
 from zerosiam.bench.runner import RunSpec
+from zerosiam.parts.guards import SourceProbe, guard_settings
 
 UNTIMED = ("seconds", "peak_rss_mb", "data_wait_fraction")  # what may differ between two executions
 
@@ -144,6 +145,14 @@ def test_the_environment_names_what_decides_rounding(fake_domains, tiny_model):
         {"streams": 2, "place": 1},
     ]
     assert runner.run(specs[0]).env["stack"] == {"streams": 1, "place": 0}
+
+
+def test_a_guarded_run_records_the_settings_its_guard_ran_with(fake_domains, tiny_model):
+    recorded = runner.run(_spec(guard="auto")).env["guard_settings"]
+    assert recorded == guard_settings("auto") and recorded["min_agreement"] == SourceProbe().min_agreement
+    assert recorded["max_widening"] == "inf"  # JSON has no infinity: named as a string
+    assert guard_settings("rdumb") == {"every": 1000}
+    assert "guard_settings" not in runner.run(_spec()).env
 
 
 def test_vector_extensions_are_read_from_the_cpus_flags(tmp_path, monkeypatch):

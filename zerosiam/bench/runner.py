@@ -49,7 +49,7 @@ from zerosiam.data.tensors import to_input
 from zerosiam.methods.adapter import Adapter, prepare_options
 from zerosiam.methods.relay import Relay
 from zerosiam.methods.speed import Speed
-from zerosiam.parts.guards import Watch, auto_watched, sar_replayed, triggers_by_bar
+from zerosiam.parts.guards import Watch, auto_watched, guard_settings, sar_replayed, triggers_by_bar
 from zerosiam.parts.precision import forward_precision
 from zerosiam.protocols import seeding
 from zerosiam.protocols.build import (
@@ -266,6 +266,8 @@ def _results(
     process's)."""
     spec = specs[0]
     env = {**environment(), **describe_device(device), "weights_sha256": shipped_sha256(spec.model)}
+    if settings := guard_settings(spec.guard):
+        env["guard_settings"] = settings
     results = []
     for number, (one, score, end) in enumerate(zip(specs, scores, ends, strict=True)):
         history = (adapter.stream_history(number) if len(specs) > 1 else adapter.history)[:end]

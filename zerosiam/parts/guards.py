@@ -23,6 +23,7 @@ guard="auto")``), and every trigger is recorded in the step's diagnostics (``gua
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,6 +162,10 @@ class SourceProbe:
     the source's wrong calls apart, not collapsing (a collapse narrows the adapted histogram). Measured on
     the guard grid, where the agreement bar cut the ConvNeXt's five-pass gains on contrast and fog
     (``docs/guard_log.md``). It only drops triggers that the agreement bar made alone.
+
+    With ``weighted`` (off by default), each image counts in the agreement by the source's confidence on
+    it: a model that parts from the source's unsure calls (often wrong under shift) and keeps its sure
+    ones agrees more than one that parts from both.
     """
 
     def __init__(
@@ -180,6 +185,7 @@ class SourceProbe:
         rows: int | None = None,
         recover: int = 0,
         max_widening: float = math.inf,
+        weighted: bool = False,
     ) -> None:
         self.every = every
         self.probe_images, self.sample, self.rows = probe_images, sample, rows
@@ -187,6 +193,7 @@ class SourceProbe:
         self.min_agreement = min_agreement
         self.max_narrowing = max_narrowing
         self.max_widening = max_widening
+        self.weighted = weighted
         self.momentum = momentum
         self.ring = ring
         self.shrink, self.recover = shrink, recover
@@ -317,7 +324,9 @@ class SourceProbe:
     def _follow(self, adapted: Tensor, source: Tensor, confidence: Tensor, classes: int) -> Health:
         """Move the averages by one probe: ``adapted``, ``source`` are ``[B, n]`` predicted classes and
         ``confidence`` the source's top probabilities."""
-        self.agreement = self._blend(self.agreement, (adapted == source).float().mean(-1))
+        agree = (adapted == source).float()
+        agreement = _weighted_mean(agree, confidence) if self.weighted else agree.mean(-1)
+        self.agreement = self._blend(self.agreement, agreement)
         self.confidence = self._blend(self.confidence, confidence.mean(-1))
         self.adapted = self._blend(self.adapted, _histogram(adapted, classes))
         self.source = self._blend(self.source, _histogram(source, classes))
@@ -459,6 +468,11 @@ def _sar_rule() -> EmaBelow:
     return ema_below(0.2)  # methods.md: SAR, reset when ema < 0.2
 
 
+def _weighted_mean(values: Tensor, weights: Tensor) -> Tensor:
+    """Per stream, the mean of ``values`` (``[B, n]``) with each row counted by its weight."""
+    return (values * weights).sum(-1) / weights.sum(-1)
+
+
 def _histogram(classes: Tensor, count: int) -> Tensor:
     """Per stream, the fraction of rows predicting each class: ``[B, n]`` → ``[B, count]``."""
     one_hot = torch.nn.functional.one_hot(classes, count).float()
@@ -481,3 +495,16 @@ def guard_named(name: str) -> Guard | None:
     if name not in GUARDS:
         raise ValueError(f"unknown guard {name!r}; choose one of {', '.join(GUARDS)}")
     return GUARDS[name]()
+
+
+def guard_settings(name: str) -> dict[str, Any]:
+    """The settings the guard ``name`` runs with, for a run's record: its constructor's arguments that are
+    plain values, as a fresh one holds them ({} for ``none``). A name says which guard ran, not at which
+    settings (``auto``'s changed twice before they were frozen), so a stored run keeps both."""
+    guard = guard_named(name)
+    if guard is None:
+        return {}
+    named = inspect.signature(type(guard)).parameters
+    values = {key: getattr(guard, key) for key in named if hasattr(guard, key)}
+    plain = {key: value for key, value in values.items() if isinstance(value, bool | int | float | str)}
+    return {key: str(value) if value in (math.inf, -math.inf) else value for key, value in plain.items()}
