@@ -144,3 +144,26 @@ def test_the_cells_view_shows_each_guards_run_what_it_did_and_which_cells_are_st
     assert "| resnet20 Tent, label_shift, Fog | 70.0 |" in capsys.readouterr().out
     assert report_main(["--db", str(store.path), "--cells"]) == 2  # the cells of what? said, not guessed
     assert "give --guards too" in capsys.readouterr().err
+
+
+def test_a_guards_run_made_at_other_settings_than_its_present_ones_is_left_out_and_said():
+    from zerosiam.parts.guards import guard_settings
+
+    rows = [
+        make_row("noadapt", "fog", 0.60),
+        make_row("noadapt", "snow", 0.50),
+        make_row("tent", "fog", 0.62),
+        make_row("tent", "snow", 0.52),
+        guarded("tent", "fog", 0.61, "auto"),  # recorded nothing: made before runs recorded settings
+        guarded("tent", "snow", 0.40, "auto"),  # made at another min_agreement: another guard
+    ]
+    rows[4]["env"] = {"device": "cpu"}
+    rows[5]["env"] = {"device": "cpu", "guard_settings": guard_settings("auto") | {"min_agreement": 0.9}}
+    _, auto, *_ = guard_scores(rows)
+    assert (auto.cells, auto.lost, auto.other_settings) == (1, (), 1)
+    assert "`auto`: 1 of its runs left out, made at settings other than its present ones" in to_markdown(
+        [auto]
+    )
+    rows[5]["env"]["guard_settings"] = guard_settings("auto")  # at the present settings: judged, and lost
+    _, auto, *_ = guard_scores(rows)
+    assert (auto.cells, len(auto.lost), auto.other_settings) == (2, 1, 0)

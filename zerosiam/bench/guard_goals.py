@@ -47,7 +47,7 @@ from zerosiam.bench.names import method_name
 from zerosiam.bench.noise import Noise
 from zerosiam.bench.spec import NO_GUARD, without_later_defaults
 from zerosiam.bench.tables import BASELINE, COLUMN_NAMES, device_of, format_value
-from zerosiam.parts.guards import AUTO, RDUMB, RDUMB_EVERY, SAR, never_acts
+from zerosiam.parts.guards import AUTO, GUARDS, RDUMB, RDUMB_EVERY, SAR, guard_settings, never_acts
 
 LOSS = 1.0  # points below NoAdapt that count as a loss
 MILD = "mild"
@@ -76,6 +76,7 @@ class GuardScore:
     stood_in_lost: tuple[str, ...] = ()  # the lost cells among those, listed with the unguarded losses
     mean_below: float | None = None  # NoAdapt less the guard, averaged over the cells, in points
     across_devices: int = 0  # cells set aside: their guards' runs ran on different devices
+    other_settings: int = 0  # runs left out: made at settings other than the guard's present ones
 
     @property
     def gain_kept(self) -> float | None:
@@ -150,8 +151,9 @@ def guard_scores(
                 mild[guard][1] += int(row["metrics"].get("guard_triggers") or 0)
     unguarded = accuracy.get(NO_GUARD, {})
     scores = []
-    for guard in _in_order(accuracy):
-        judged = {cell: value for cell, value in accuracy[guard].items() if reference[cell] is not None}
+    for guard in _in_order(accuracy.keys() | found.other_settings.keys()):
+        ran = accuracy.get(guard, {})
+        judged = {cell: value for cell, value in ran.items() if reference[cell] is not None}
         ordered = sorted(judged, key=lambda cell: _label(specs[cell]))
         lost = [cell for cell in ordered if judged[cell] < reference[cell] - loss_bar(specs[cell], noise)]
         stood_in = {cell for worn, cell in stand_ins if worn == guard} & judged.keys()
@@ -177,6 +179,7 @@ def guard_scores(
                 tuple(text[cell] for cell in lost if cell in stood_in),
                 statistics.fmean(shortfall) if shortfall else None,
                 len(found.across_devices),
+                found.other_settings.get(guard, 0),
             )
         )
     return scores
@@ -197,12 +200,14 @@ class _Cells:
     reference: dict[str, float | None]
     stand_ins: set[tuple[str, str]]  # (guard, cell): judged on the unguarded run
     across_devices: dict[str, set[str]]  # cell set aside → the devices its guards' runs ran on
+    other_settings: dict[str, int]  # guard → its runs left out, made at settings other than its present ones
 
 
 def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
     """``rows`` by cell, with the stand-ins of the guards ``worn`` (:func:`_with_stand_ins`), less the cells
     whose guards' runs ran on different devices (set aside, with those devices)."""
-    rows, stand_ins = _with_stand_ins(list(rows), set(worn))
+    rows, other_settings = _at_present_settings(rows)
+    rows, stand_ins = _with_stand_ins(rows, set(worn))
     baseline: dict[str, float] = {}
     runs: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     specs: dict[str, Mapping[str, Any]] = {}
@@ -222,7 +227,26 @@ def _cells(rows: Iterable[Mapping[str, Any]], worn: Iterable[str]) -> _Cells:
         for cell in across:
             by_cell.pop(cell, None)
     reference = {cell: baseline.get(stream_key(spec)) for cell, spec in specs.items() if cell not in across}
-    return _Cells(dict(runs), specs, reference, stand_ins, across)
+    return _Cells(dict(runs), specs, reference, stand_ins, across, other_settings)
+
+
+def _at_present_settings(rows: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], dict[str, int]]:
+    """``rows`` less the guarded runs that recorded settings other than their guard's present ones, and
+    how many each guard lost: under one name, a run made at other settings is another guard (``auto``
+    changed twice before ``docs/guard.md`` named it frozen). A run that recorded none was made before runs
+    recorded them, and is kept; so is a guard this process does not know (a variant's name)."""
+    present: dict[str, dict[str, Any]] = {}
+    kept, left_out = [], defaultdict(int)
+    for row in rows:
+        guard, recorded = row["spec"].get("guard", NO_GUARD), (row.get("env") or {}).get("guard_settings")
+        if recorded is not None and guard in GUARDS:
+            if guard not in present:
+                present[guard] = guard_settings(guard)
+            if recorded != present[guard]:
+                left_out[guard] += 1
+                continue
+        kept.append(row)
+    return kept, dict(left_out)
 
 
 def _with_stand_ins(
@@ -304,6 +328,12 @@ def to_markdown(scores: Sequence[GuardScore]) -> str:
             f"\n{scores[0].across_devices} cells set aside: their guards' runs ran on different devices "
             "(`zerosiam bench --grid ... --one-device` makes them again on one)."
         )
+    lines += [
+        f"\n`{score.guard}`: {score.other_settings} of its runs left out, made at settings other than its "
+        "present ones (`docs/guard.md` names them)."
+        for score in scores
+        if score.other_settings
+    ]
     lines += [
         f"\n`{score.guard}`: {score.stand_ins} of its {score.cells} cells are the unguarded runs "
         f"({STOOD_IN[score.guard]}; their losses are not listed)."

@@ -497,6 +497,9 @@ def guard_named(name: str) -> Guard | None:
     return GUARDS[name]()
 
 
+PLAIN = bool | int | float | str | None  # the settings a run's record keeps (JSON's scalars)
+
+
 def guard_settings(name: str) -> dict[str, Any]:
     """The settings the guard ``name`` runs with, for a run's record: its constructor's arguments that are
     plain values, as a fresh one holds them ({} for ``none``). A name says which guard ran, not at which
@@ -506,5 +509,5 @@ def guard_settings(name: str) -> dict[str, Any]:
         return {}
     named = inspect.signature(type(guard)).parameters
     values = {key: getattr(guard, key) for key in named if hasattr(guard, key)}
-    plain = {key: value for key, value in values.items() if isinstance(value, bool | int | float | str)}
+    plain = {key: value for key, value in values.items() if isinstance(value, PLAIN)}
     return {key: str(value) if value in (math.inf, -math.inf) else value for key, value in plain.items()}
