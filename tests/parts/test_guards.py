@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ from zerosiam.parts.guards import (
     Watch,
     auto_watched,
     guard_named,
+    guard_settings,
     never_acts,
     sar_replayed,
     triggers_by_bar,
@@ -492,3 +495,11 @@ def test_stacked_streams_are_watched_as_lone_ones():
         alone = _watched_worn_plain(2.0, [x[8 * s : 8 * (s + 1)] for x in batches])[0][0]
         assert auto_watched(stacked.stream_history(s)) == auto_watched(alone.history)
     assert any(auto_watched(stacked.stream_history(s))["auto_guard_fires"] for s in range(3))
+
+
+def test_auto_runs_at_the_settings_docs_guard_md_names_frozen():
+    """The held-out grid judges `auto` at the settings frozen before its runs: a default changed here
+    without a new name would make its runs another guard's."""
+    page = (Path(__file__).parents[2] / "docs" / "guard.md").read_text()
+    block = page.split("<!-- frozen auto:")[1].split("```json\n")[1].split("```")[0]
+    assert json.loads(block) == guard_settings("auto")
