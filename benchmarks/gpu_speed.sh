@@ -17,6 +17,8 @@
 #   attention64  ViT-B/16, batch 64, tf32: Tent and ZeroSiam with attention on the math path (TF32 tensor
 #             cores) and on cuDNN, and the math path captured
 #   bf16w64   ViT-B/16, batch 64, bf16: Tent and ZeroSiam with the frozen weights stored in bf16, and captured
+#   decode64  ViT-B/16, batch 64, tf32 and bf16: Tent and ZeroSiam with the JPEG files decoded on the GPU
+#             (decode_on_device: the loader's workers only read them), alone and with the captured step
 #   graph_equivalence_tent, graph_equivalence_zerosiam
 #             the two options against eager on 10,000 CIFAR-10-C images (benchmarks/speed_equivalence.py)
 #   vit64     ViT-B/16, batch 64, tf32 and bf16: Tent, ZeroSiam, SAR, DeYO eager; the plain loop;
@@ -49,7 +51,7 @@ images=${IMAGES:-2560}
 folder=${FOLDER:-/tmp/gpu_speed_folder}  # written once, read by every step
 mkdir -p "$out"
 left() { echo $(( deadline - $(date +%s) )); }
-steps=" ${STEPS:-graph64 graph1 attention64 bf16w64 graph_equivalence_tent graph_equivalence_zerosiam vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
+steps=" ${STEPS:-graph64 graph1 attention64 bf16w64 decode64 graph_equivalence_tent graph_equivalence_zerosiam vit64 resnet64 vit1 vit64_tent guard_cost streams equivalence} "
 wanted() { [[ $steps == *" $1 "* ]]; }  # wanted NAME: whether STEPS names this step
 
 step() {  # step NAME ARGS...: gpu_check.py with ARGS, its files under $out/NAME, within the deadline
@@ -91,6 +93,9 @@ step attention64 --models "$vit" --precisions tf32 --batch-size 64 --images "$im
   --option-methods tent,zerosiam
 step bf16w64 --models "$vit" --precisions bf16 --batch-size 64 --images "$images" \
   --methods tent,zerosiam --options "${BF16W_OPTIONS:-frozen_bf16,frozen_bf16+graph}" --option-methods tent,zerosiam
+step decode64 --models "$vit" --precisions tf32,bf16 --batch-size 64 --images "$images" \
+  --methods tent,zerosiam --options "${DECODE_OPTIONS:-decode_on_device,decode_on_device+graph}" \
+  --option-methods tent,zerosiam
 for method in tent zerosiam; do  # the captured step against the eager one: 10,000 real images, ResNet-26-GN
   extra "graph_equivalence_$method" 300 240 "graph_equivalence_$method.log" benchmarks/speed_equivalence.py \
     --device "$device" --method "$method" --options "$graph_options"

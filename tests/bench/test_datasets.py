@@ -11,11 +11,12 @@ from PIL import Image
 
 from tests.conftest import needs_assets
 from zerosiam.bench import datasets, runner
-from zerosiam.bench.batches import StackedBatches, padded
+from zerosiam.bench.batches import StackedBatches, encoded, padded
 from zerosiam.bench.runner import RunSpec, StreamBatches
 from zerosiam.corruptions.datasets import build_cifar10c, build_imagenet_c
-from zerosiam.data.sources import DatasetFormatError, ImageFiles, imagenet_wnids
-from zerosiam.protocols.build import build_stream
+from zerosiam.data.sources import DatasetFormatError, EncodedBatch, ImageFiles, imagenet_wnids
+from zerosiam.methods.speed import Speed
+from zerosiam.protocols.build import build_stream, to_device
 
 pytestmark = [needs_assets(), pytest.mark.slow]
 CORRUPTIONS = ("brightness", "contrast")
@@ -148,3 +149,32 @@ def test_missing_empty_and_corrupt_files_are_named(imagenet_c, tmp_path):
         datasets.open_domain(f"imagenet-c:{broken}", "brightness", 1)
     with pytest.raises(ValueError, match="unknown dataset 'imagenet'; choose one of cifar10c, imagenetc"):
         datasets.parse("imagenet")
+
+
+@pytest.mark.parametrize("protocol", ["mild", "mixed"])
+def test_files_read_for_the_device_to_decode_give_the_loaders_input(imagenet_c, protocol):
+    """With ``decode_on_device`` the loader's workers only read the files and the device decodes them: on a
+    CPU the same model input, batch for batch, as the workers' own decoding, alone and stacked."""
+    root, _ = imagenet_c
+    streamed = lambda name: datasets.open_domain(f"imagenet-c:{root}", name, 1)  # noqa: E731
+    corruption = "mixed" if protocol == "mixed" else "brightness"
+    spec = Spec(protocol, corruption=corruption)
+    stream = build_stream(spec, streamed, mixed_domains=CORRUPTIONS)
+    cpu = torch.device("cpu")
+    read = StreamBatches(encoded(stream)).loader(cpu)
+    assert read.num_workers >= 1  # the files are still read by worker processes
+    for (files, labels), (pixels, expected) in zip(read, StreamBatches(stream).loader(cpu), strict=True):
+        assert isinstance(files, EncodedBatch) and torch.equal(labels, expected)
+        assert torch.equal(to_device(files, labels, cpu)[0], to_device(pixels, expected, cpu)[0])
+    other = build_stream(Spec(protocol, corruption=corruption, seed=1), streamed, mixed_domains=CORRUPTIONS)
+    stacked = StackedBatches([StreamBatches(encoded(stream)), StreamBatches(encoded(other))])
+    files, labels = stacked[0]  # stream after stream, as the decoded stacks are
+    decoded = StackedBatches([StreamBatches(stream), StreamBatches(other)])[0]
+    assert torch.equal(to_device(files, labels, cpu)[0], to_device(*decoded, cpu)[0])
+
+
+def test_decoding_on_the_device_is_refused_for_images_already_in_memory():
+    spec = RunSpec(model="resnet20", dataset="cifar10c", corruption="fog", severity=5, protocol="mild",
+                   method="tent", limit=32)  # fmt: skip
+    with pytest.raises(ValueError, match="decode_on_device decodes image files"):
+        runner.run(spec, speed=Speed(decode_on_device=True))

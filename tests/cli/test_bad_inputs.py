@@ -191,6 +191,13 @@ def test_one_device_on_a_ray_cluster_is_refused_before_any_work(tmp_path, capsys
     assert "--one-device makes runs again on this machine" in err and not db.exists()
 
 
+def test_decoding_on_the_device_without_image_files_is_refused_before_any_work(tmp_path, capsys):
+    """``--decode-on-device`` has the device decode a folder's JPEG files; the project's builds are arrays."""
+    db = tmp_path / "x.db"
+    err = refused(capsys, bench(db, "--methods", "tent", "--decode-on-device"))
+    assert "--decode-on-device decodes image files, not cifar10c" in err and not db.exists()
+
+
 @pytest.mark.usefixtures("fake_domains")
 def test_a_grid_files_bad_number_is_refused_too(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"

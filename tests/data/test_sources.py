@@ -254,3 +254,28 @@ def test_the_shipped_imagenet_label_order_is_the_samples():
     with tarfile.open(assets.fetch("imagenet-sample")) as archive:
         stems = {Path(name).name.split("_", 1)[0] for name in archive.getnames() if "_" in Path(name).name}
     assert sources.imagenet_wnids() == sorted(s for s in stems if s.startswith("n")) and len(stems) >= 1000
+
+
+@needs_assets()
+def test_jpegs_decoded_on_the_device_are_the_files_pil_decodes():
+    """On a CPU the device's decoder is libjpeg-turbo, as PIL's: 224² files (ImageNet-C's) come out pixel
+    for pixel; other sizes are resized and cropped on the device, within one level of PIL's resize."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision.io")
+    from zerosiam.data.tensors import decode_on, to_input
+
+    def on_cpu(files: list[bytes]):
+        encoded = (torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in files)
+        return decode_on(sources.EncodedBatch(encoded), torch.device("cpu"))
+
+    with tarfile.open(assets.fetch("imagenet-sample")) as archive:
+        files = [archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()][:8]
+    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in files]
+    assert all(picture.size != (224, 224) for picture in pictures)
+    cropped = [np.asarray(sources.resize_center_crop(picture)) for picture in pictures]
+    decoded = on_cpu(files)
+    assert decoded.shape == (8, 3, 224, 224)
+    assert (decoded - to_input(np.stack(cropped))).abs().max() <= 1 / 255 + 1e-6
+    squares = [encode(square) for square in cropped]  # as ImageNet-C's files are: 224² JPEGs
+    expected = np.stack([np.asarray(Image.open(io.BytesIO(data)).convert("RGB")) for data in squares])
+    assert torch.equal(on_cpu(squares), to_input(expected))

@@ -19,6 +19,7 @@ import torch
 
 from zerosiam.bench import datasets
 from zerosiam.bench.spec import RunSpec
+from zerosiam.data.sources import EncodedBatch, EncodedFiles, ImageFiles
 from zerosiam.methods.adapter import Adapter
 from zerosiam.methods.relay import Relay
 from zerosiam.parts.streams import put_rows
@@ -74,7 +75,7 @@ class StreamBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.bounds)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor | EncodedBatch, torch.Tensor]:
         a, b = self.bounds[index]
         return gather_batch(self.stream, self.stream.rows[a:b])
 
@@ -94,9 +95,12 @@ class StackedBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.streams[0])
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor | EncodedBatch, torch.Tensor]:
         data = [stream[index] for stream in self.streams]
-        return torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])
+        labels = torch.cat([y for _, y in data])
+        if isinstance(data[0][0], EncodedBatch):  # files for the device to decode, stream after stream
+            return EncodedBatch(file for x, _ in data for file in x), labels
+        return torch.cat([x for x, _ in data]), labels
 
     def loader(self, device: torch.device, start: int = 0) -> torch.utils.data.DataLoader:
         """The loader of the stacked batches from ``start`` on."""
@@ -118,6 +122,18 @@ def ordered_loader(
         pin_memory=device.type == "cuda",
         prefetch_factor=4 if workers else None,
     )
+
+
+def encoded(stream: Stream) -> Stream:
+    """``stream`` with its files read, not decoded, by the loader's workers, for the device to decode
+    (``Speed(decode_on_device=True)``); a one-line error for a stream whose images are not files."""
+    if not all(isinstance(images, ImageFiles) for images, _ in stream.domains):
+        raise ValueError(
+            "decode_on_device decodes image files (an ImageNet-C folder, imagenet-c:PATH); this dataset's "
+            "images are decoded into memory already"
+        )
+    domains = [(EncodedFiles(images), labels) for images, labels in stream.domains]
+    return dataclasses.replace(stream, domains=domains)
 
 
 def padded(stream: Stream, length: int) -> Stream:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from zerosiam.corruptions.datasets import SOURCES, load_corrupted
-from zerosiam.data.sources import ImageFiles, imagenet_wnids, open_imagenet_c, read_cifar10c
+from zerosiam.data.sources import EncodedFiles, ImageFiles, imagenet_wnids, open_imagenet_c, read_cifar10c
 
 ON_DISK = {"cifar10-c": "cifar10c", "imagenet-c": "imagenetc"}  # a folder's layout -> its clean source
 CHOICES = (*SOURCES, *(f"{layout}:<root>" for layout in ON_DISK))
@@ -61,10 +61,17 @@ def is_cached(dataset: str) -> bool:
     return parse(dataset)[1] is None
 
 
+def streams_files(dataset: str) -> bool:
+    """Whether ``dataset``'s images are files decoded as a run streams them (an ImageNet-C folder), which
+    the device may decode instead (``Speed.decode_on_device``); CIFAR-10-C is read into memory whole."""
+    layout, root = parse(dataset)
+    return root is not None and layout == "imagenet-c"
+
+
 def loader_workers(images: object) -> int:
     """``DataLoader`` worker processes for a domain: none for arrays in memory (slicing is all it takes),
     up to eight for files that must be decoded, leaving a core to the model. (Decoding a 224² JPEG is slow
     beside a GPU's step on it: a GPU adapting a ViT-B/16 keeps several decoding cores busy.)"""
-    if not isinstance(images, ImageFiles):
+    if not isinstance(images, ImageFiles | EncodedFiles):
         return 0
     return max(1, min(8, (os.cpu_count() or 2) - 1))

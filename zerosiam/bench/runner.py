@@ -34,6 +34,7 @@ from zerosiam.bench.batches import (
     StackedBatches,
     StreamBatches,
     check_stackable,
+    encoded,
     padded,
 )
 from zerosiam.bench.ccc import ccc_source
@@ -201,8 +202,9 @@ def run_stacked(
     stacked = [stream_for(one, source_model=model, device=device) for one in specs]
     ends = [len(StreamBatches(stream)) for stream in stacked]
     length = max(ends)
-    batches = [StreamBatches(padded(stream, length)) for stream in stacked]
     speed = speed or Speed()
+    loaded = [encoded(stream) for stream in stacked] if speed.decode_on_device else stacked
+    batches = [StreamBatches(padded(stream, length)) for stream in loaded]
     adapter = _adapter(spec, model, stacked[0].batch_size, len(specs), speed, watch)
     aside = SetAside(adapter, ends)
     scores = [Score(stream, spec.prelude.get("steps", 0), device) for stream in stacked]

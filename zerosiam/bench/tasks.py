@@ -51,13 +51,20 @@ class Execution:
     graph: bool = False  # the fixed-shape step captured as a CUDA graph
     attention: str | None = None  # a scaled-dot-product attention backend (math, efficient, flash, cudnn)
     frozen_bf16: bool = False  # frozen linear/convolution weights stored in bfloat16 (bf16 runs)
+    decode_on_device: bool = False  # image files read by the loader's workers, decoded on the device
     watch: bool = False  # unguarded runs watched by ``auto`` (``parts.guards.Watch``): set by ``execute``
 
     @property
     def speed(self) -> Speed:
         """How each run's model forward and step run (``zerosiam.methods.speed``)."""
         return Speed(
-            self.compile, self.channels_last, self.fixed_shape, self.graph, self.attention, self.frozen_bf16
+            self.compile,
+            self.channels_last,
+            self.fixed_shape,
+            self.graph,
+            self.attention,
+            self.frozen_bf16,
+            self.decode_on_device,
         )
 
 

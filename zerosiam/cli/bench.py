@@ -159,6 +159,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "identity)",
     )
     parser.add_argument(
+        "--decode-on-device",
+        action="store_true",
+        help="image files (imagenet-c:PATH) read by the loader's workers and decoded on the device, a GPU's "
+        "JPEG decoder (not part of a run's identity)",
+    )
+    parser.add_argument(
         "--graph",
         action="store_true",
         help="capture each step as a CUDA graph and replay it (a GPU; not with --guard asr; not part of a "
@@ -280,6 +286,7 @@ def _every(asked: float | None, default: float) -> float | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from zerosiam.bench import datasets
     from zerosiam.bench.execution import execute, same_as_unguarded
     from zerosiam.bench.spec import KIND
 
@@ -291,6 +298,8 @@ def main(args: argparse.Namespace) -> int:
     if args.one_device and args.backend == "ray":
         raise UsageError("--one-device makes runs again on this machine; use --backend local or inline")
     execution = _execution(args)
+    if args.decode_on_device and not datasets.streams_files(grid.dataset):
+        raise UsageError(f"--decode-on-device decodes image files, not {grid.dataset}: give imagenet-c:PATH")
     store = open_for_writing(args.db)  # the first write
     specs = _specs(grid, store)
     try:
@@ -346,5 +355,6 @@ def _execution(args: argparse.Namespace) -> Execution:
         gpus_per_run=args.gpus_per_run,
         stack=args.stack,
         checkpoint_every=_every(args.checkpoint_every, CHECKPOINT_EVERY),
+        decode_on_device=args.decode_on_device,
         **speed.options,
     )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 import numpy as np
+import torch
 from PIL import Image
 
 from zerosiam import assets
@@ -320,6 +321,38 @@ class ImageFiles:
                 return np.asarray(image, dtype=np.uint8)
         except (OSError, ValueError) as error:
             raise DatasetFormatError(f"cannot decode image {path}: {error}") from None
+
+
+class EncodedBatch(list):
+    """A batch of images still encoded: each a uint8 tensor of a file's bytes, in the batch's order. A
+    loader's worker only reads them; the device decodes them (``zerosiam.data.tensors.decode_on``)."""
+
+
+class EncodedFiles:
+    """The files of an ``ImageFiles`` as their encoded bytes: what a batch is when the device decodes
+    (``Speed(decode_on_device=True)``), so that a loader's workers read files and no more, where decoding
+    a 224² JPEG on a core is slow beside a GPU's step on it."""
+
+    def __init__(self, files: ImageFiles) -> None:
+        self.source = files
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.source.shape
+
+    def __getitem__(self, index: int | np.ndarray | Sequence[int]) -> EncodedBatch:
+        indices = [int(index)] if isinstance(index, int | np.integer) else np.asarray(index).reshape(-1)
+        return EncodedBatch(self._read(self.source.files[int(i)]) for i in indices)
+
+    @staticmethod
+    def _read(path: Path) -> torch.Tensor:
+        try:
+            return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+        except (OSError, ValueError) as error:  # an empty file: no buffer to read
+            raise DatasetFormatError(f"cannot read image {path}: {error}") from None
 
 
 def open_imagenet_c(

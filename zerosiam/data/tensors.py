@@ -7,6 +7,8 @@ that turns the first into the second.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -23,3 +25,35 @@ def to_input(images: np.ndarray | torch.Tensor) -> torch.Tensor:
             f"expected uint8 images of shape (B, H, W, 3), got {images.dtype} {tuple(images.shape)}"
         )
     return images.permute(0, 3, 1, 2).float().div_(255.0)
+
+
+def decode_on(encoded: Sequence[torch.Tensor], device: torch.device, size: int = 224) -> torch.Tensor:
+    """JPEG files (uint8 tensors of their bytes, ``EncodedBatch``) → float ``(B, 3, size, size)`` in
+    [0, 1], decoded on ``device``: by the GPU's JPEG decoder on CUDA, so that a loader's workers only
+    read files (libjpeg-turbo on a CPU, as PIL decodes, pixel for pixel). An image that is not ``size``²
+    is resized to ``size · 256 / 224`` on its shorter side and centre-cropped, as ``ImageFiles`` does with
+    PIL; a resize there rounds apart from PIL's."""
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError:
+        raise ImportError("decoding on the device needs torchvision: pip install torchvision") from None
+    decoded = decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=device)
+    return torch.stack([_resized_center_crop(image, size) for image in decoded]).float().div_(255.0)
+
+
+def _resized_center_crop(image: torch.Tensor, crop: int) -> torch.Tensor:
+    """A uint8 ``(3, H, W)`` image with its shorter side at ``crop · 256 / 224`` (bilinear, antialiased)
+    and its central ``crop``² kept: ``zerosiam.data.sources.resize_center_crop`` on the device."""
+    height, width = image.shape[-2:]
+    if (height, width) == (crop, crop):
+        return image
+    resize = crop * 256 // 224
+    if width <= height:
+        size = (int(resize * height / width), resize)  # (height, width)
+    else:
+        size = (resize, int(resize * width / height))
+    scaled = torch.nn.functional.interpolate(
+        image[None].float(), size=size, mode="bilinear", antialias=True, align_corners=False
+    )[0]
+    top, left = round((size[0] - crop) / 2.0), round((size[1] - crop) / 2.0)
+    return scaled[:, top : top + crop, left : left + crop].round().clamp(0, 255).to(torch.uint8)

@@ -23,6 +23,9 @@ it: the adapter keeps the same module tree, so its hooks (the head's ``FeatureTa
   matrix products, on TF32 tensor cores under ``tf32``; ``efficient``, ``flash``, ``cudnn``), where torch
   would otherwise choose (on an H200 in tf32, the float32 memory-efficient kernel: 40 % of ViT-B/16's
   kernel time, no tensor cores; ``docs/efficiency.md``).
+* ``decode_on_device``: a benchmark run's loader workers read image files (an ImageNet-C folder) and the
+  device decodes them (``zerosiam.data.tensors.decode_on``: a GPU's JPEG decoder), where decoding on the
+  host's cores is the wait; not an option of the model, so not one of ``options``.
 * ``frozen_bf16``: under ``precision="bf16"``, the frozen weights of linear and convolution layers stored
   in bfloat16 once, instead of cast by autocast at every forward (the same values: the same predictions).
 * ``compile``: the model's ``forward`` is replaced, on the instance, by ``torch.compile(forward)``. Its
@@ -56,6 +59,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 # each is a compiled entry of that code object. Past torch's default of 8, dynamo would silently fall back
 # to the eager forward.
 RECOMPILE_LIMIT = 64
+# The options named without a value.
+FLAGS = ("channels_last", "fixed_shape", "graph", "frozen_bf16", "decode_on_device")
 Undo = Callable[[], None]
 
 
@@ -71,6 +76,7 @@ class Speed:
     graph: bool = False
     attention: str | None = None  # a backend of scaled-dot-product attention (ATTENTION_BACKENDS)
     frozen_bf16: bool = False  # the frozen weights of linear and convolution layers stored in bfloat16
+    decode_on_device: bool = False  # image files read by the loader's workers, decoded on the device
 
     def __post_init__(self) -> None:
         if self.attention is not None and self.attention not in ATTENTION_BACKENDS:
@@ -100,8 +106,8 @@ class Speed:
 
     @property
     def eager(self) -> bool:
-        """Whether every option is off: the model is left as it is."""
-        return not self.on_model and not self.fixed_shape
+        """Whether every option is off: the model is left as it is, and the loader decodes."""
+        return not self.on_model and not self.fixed_shape and not self.decode_on_device
 
     @property
     def label(self) -> str:
@@ -112,6 +118,7 @@ class Speed:
         parts += ["channels_last"] if self.channels_last else []
         parts += [f"attention:{self.attention}"] if self.attention else []
         parts += ["frozen_bf16"] if self.frozen_bf16 else []
+        parts += ["decode_on_device"] if self.decode_on_device else []
         parts += ["graph"] if self.graph else ["fixed_shape"] if self.fixed_shape else []
         return "+".join(parts) or "eager"
 
@@ -120,7 +127,9 @@ class Speed:
         """The options a ``label`` names; a one-line ``ValueError`` for anything else."""
         compile_: bool | str = False
         attention = None
-        flags = {"channels_last": False, "fixed_shape": False, "graph": False, "frozen_bf16": False}
+        flags = dict.fromkeys(
+            ("channels_last", "fixed_shape", "graph", "frozen_bf16", "decode_on_device"), False
+        )
         for part in filter(None, label.strip().split("+")):
             name, _, mode = part.partition(":")
             if name in flags and not mode:
@@ -132,7 +141,7 @@ class Speed:
             elif name != "eager" or mode:
                 raise ValueError(
                     f"unknown speed option {part!r} in {label!r}; use eager, channels_last, compile, "
-                    "attention:BACKEND, frozen_bf16, fixed_shape, graph"
+                    "attention:BACKEND, frozen_bf16, fixed_shape, graph, decode_on_device"
                 )
         return cls(compile_, attention=attention, **flags)
 

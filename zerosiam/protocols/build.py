@@ -17,7 +17,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from zerosiam.data.tensors import to_input
+from zerosiam.data.sources import EncodedBatch
+from zerosiam.data.tensors import decode_on, to_input
 from zerosiam.protocols import seeding, streams
 
 BLIND_SPOT = "blind_spot"
@@ -320,26 +321,38 @@ def stacked_frozen_hits(
     return list(torch.cat(hits, 1).cpu().numpy())
 
 
-def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """The images of ``rows`` as uint8 ``(B, H, W, 3)`` and their labels, on the host: what travels to the
-    device (a quarter of float32's bytes), to be made model input there (``to_device``)."""
+def gather_batch(stream: Stream, rows: np.ndarray) -> tuple[torch.Tensor | EncodedBatch, torch.Tensor]:
+    """The images of ``rows`` as uint8 ``(B, H, W, 3)`` (or, from ``EncodedFiles``, the files' bytes) and
+    their labels, on the host: what travels to the device (a quarter of float32's bytes), to be made
+    model input there (``to_device``)."""
     if len(stream.domains) == 1:
         images, labels = stream.domains[0]
         index = rows[:, 1]
         pixels, targets = images[index], labels[index]
     else:
-        pixels = np.stack([stream.domains[d][0][i] for d, i in rows])
+        pixels = _joined([stream.domains[d][0][i] for d, i in rows])
         targets = np.array([stream.domains[d][1][i] for d, i in rows])
-    return torch.from_numpy(np.ascontiguousarray(pixels)), torch.from_numpy(
-        np.asarray(targets, dtype=np.int64)
-    )
+    if not isinstance(pixels, EncodedBatch):
+        pixels = torch.from_numpy(np.ascontiguousarray(pixels))
+    return pixels, torch.from_numpy(np.asarray(targets, dtype=np.int64))
+
+
+def _joined(images: list) -> np.ndarray | EncodedBatch:
+    """One image from each domain of a stream's rows, as one batch: stacked, or the files of a domain read
+    for the device to decode (``EncodedFiles``) one after another."""
+    if images and isinstance(images[0], EncodedBatch):
+        return EncodedBatch(file for one in images for file in one)
+    return np.stack(images)
 
 
 def to_device(
-    pixels: torch.Tensor, labels: torch.Tensor, device: torch.device
+    pixels: torch.Tensor | EncodedBatch, labels: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 ``(B, H, W, 3)`` images and labels onto ``device`` (through pinned memory for a GPU, without
-    waiting), then float ``(B, 3, H, W)`` in [0, 1] there; the model normalizes inside."""
+    waiting), then float ``(B, 3, H, W)`` in [0, 1] there; the model normalizes inside. Encoded files
+    are decoded there (``decode_on``)."""
+    if isinstance(pixels, EncodedBatch):  # files read for the device to decode
+        return decode_on(pixels, device), labels.to(device, non_blocking=True)
     if device.type == "cuda":
         pixels, labels = pixels.pin_memory(), labels.pin_memory()
     pixels = pixels.to(device, non_blocking=True)
