@@ -350,9 +350,12 @@ class EncodedFiles:
     @staticmethod
     def _read(path: Path) -> torch.Tensor:
         try:
-            return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
-        except (OSError, ValueError) as error:  # an empty file: no buffer to read
+            data = path.read_bytes()
+        except OSError as error:
             raise DatasetFormatError(f"cannot read image {path}: {error}") from None
+        if not data:
+            raise DatasetFormatError(f"cannot read image {path}: the file is empty")
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def open_imagenet_c(
