@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -30,12 +31,17 @@ def real_batches(dataset: str, corruption: str, count: int, device: torch.device
 
 
 def setup(
-    description: str, model: str, steps: int, methods: tuple[str, ...] = (), min_steps: int = 1
+    description: str,
+    model: str,
+    steps: int,
+    methods: tuple[str, ...] = (),
+    min_steps: int = 1,
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> tuple[argparse.Namespace, torch.device, list]:
     """A step benchmark's flags (``--model``, ``--steps``, at least ``min_steps``, ``--repeats``,
-    ``--device``, and ``--methods`` when it measures several: a comma list of ``methods``, all by default),
-    its device and its batches (project CIFAR-10-C, gaussian_noise 5), with the line that says what it
-    measures on."""
+    ``--device``, and ``--methods`` when it measures several: a comma list of ``methods``, all by default;
+    ``more`` adds the benchmark's own), its device and its batches (project CIFAR-10-C, gaussian_noise 5),
+    with the line that says what it measures on."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -46,6 +52,8 @@ def setup(
     if methods:
         choices = ", ".join(methods)
         parser.add_argument("--methods", type=csv_list, default=",".join(methods), help=f"of {choices}")
+    if more is not None:
+        more(parser)
     args = parser.parse_args()
     if args.steps < min_steps:
         parser.error(f"--steps {args.steps}: this benchmark needs at least {min_steps}")

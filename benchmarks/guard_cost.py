@@ -1,6 +1,7 @@
 """What a guard costs: a step of Tent and ZeroSiam wearing each guard, against the unguarded step.
 
     PYTHONPATH=. python benchmarks/guard_cost.py --model resnet26_gn --steps 48 [--methods zerosiam]
+        [--guards auto,asr]
 
 Real corrupted CIFAR images (project CIFAR-10-C, gaussian_noise 5) at batch 64 and at batch 1 (the same
 images one at a time, 8 times as many steps, so that ``auto`` with ``sample=8``, which probes a batch-1
@@ -12,12 +13,14 @@ triggers column is how often the guard fired in that counted run: a stream put b
 slowed) does more work after it than a probe alone, so a guard that fires is not timed against the same
 work. The memory column is what the guard keeps beyond the adapter: ``auto``'s ring of snapshots of the
 trainable weights, in copies of them (the adapter's own source copy is there with or without a guard).
-Then, per method, where the batch-1 probe's cost goes: the steps of the cycle between two probes, timed
-one by one, and one source forward of the probe's images timed alone.
+``--guards`` measures only the named guards beside ``none`` (no variant of ``auto``). Then, where
+``auto`` is measured, per method, where the batch-1 probe's cost goes: the steps of the cycle between two
+probes, timed one by one, and one source forward of the probe's images timed alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
@@ -28,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import zerosiam
 from benchmarks.diagnostics_overhead import seconds_per_step, setup
+from zerosiam.cli._args import csv_list
 from zerosiam.parts.guards import GUARDS, SourceProbe, Watch
 
 METHODS = ("tent", "zerosiam")
@@ -52,6 +56,28 @@ VARIANTS = {
     "auto, every=4, rows=16, probing only": lambda: SourceProbe(warmup=0, **OFTEN, **NEVER),
     "watch": Watch,
 }
+
+
+def guard_names(text: str) -> list[str]:
+    """``--guards``: a comma list of guards by name, each one of ``GUARDS``."""
+    names = csv_list(text)
+    unknown = [name for name in names if name not in GUARDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown guard {unknown[0]!r}; choose from {', '.join(GUARDS)}")
+    return names
+
+
+def guard_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--guards", type=guard_names, help="only these guards beside none, no variant of auto"
+    )
+
+
+def measured(guards: list[str] | None) -> dict[str, str | Callable[[], object]]:
+    """The variants to time: all of them, or ``none`` and the named ``guards``."""
+    if guards is None:
+        return VARIANTS
+    return {name: VARIANTS[name] for name in dict.fromkeys(("none", *guards))}
 
 
 def snapshot_copies(adapter: zerosiam.Adapter) -> float:
@@ -159,32 +185,33 @@ def print_breakdown(args, method: str, singles: list, device) -> None:
 def main() -> None:
     # the breakdown times every place of a batch-1 probe's cycle after the first (warm-up) step
     fewest = math.ceil((SourceProbe().probe_images + 1) / SINGLE_STEPS)
-    args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS, min_steps=fewest)
+    args, device, batches = setup(__doc__, "resnet26_gn", 48, METHODS, min_steps=fewest, more=guard_flag)
+    variants = measured(args.guards)
     singles = list(torch.cat(batches).split(1))[: SINGLE_STEPS * args.steps]
     columns = "method | batch | guard | ms/step | guarded ÷ none | ops/step | triggers | snapshots (copies)"
     print(f"\n| {columns} |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for method in args.methods:
         for size, stream in ((64, batches), (1, singles)):
-            timings: dict[str, list[float]] = {name: [] for name in VARIANTS}
+            timings: dict[str, list[float]] = {name: [] for name in variants}
             for _ in range(args.repeats):
-                for name, guard in VARIANTS.items():
+                for name, guard in variants.items():
                     seconds = seconds_per_step(args.model, method, stream, device, guard=made(guard))
                     timings[name].append(seconds)
             counted = {
                 name: counted_run(args.model, method, stream, device, made(guard))
-                for name, guard in VARIANTS.items()
+                for name, guard in variants.items()
             }
             plain = statistics.median(timings["none"])
-            kept = snapshot_copies(counted["auto"][0])
-            for guard in VARIANTS:
+            kept = snapshot_copies(counted["auto"][0]) if "auto" in counted else 0
+            for guard in variants:
                 step = statistics.median(timings[guard])
                 copies = f"{kept:.0f}" if guard.startswith("auto") else "0"
                 print(
                     f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} "
                     f"| {counted[guard][1]:.0f} | {triggers(counted[guard][0])} | {copies} |"
                 )
-    for method in args.methods:
+    for method in args.methods if "auto" in variants else ():
         print_breakdown(args, method, singles, device)
 
 

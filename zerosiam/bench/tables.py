@@ -51,6 +51,7 @@ SHOWN_MEAN = "mean"  # a table of some corruptions: the mean of those it shows
 OVERALL = "overall"
 SEED_COLUMN = "Seed "  # a by-seed table's column of one seed: "Seed 0", "Seed 1", ...
 MISSING = "–"  # a cell with no result
+UNRECORDED_CPU = "a CPU not recorded"  # the device of a run stored before runs named their CPU
 WORSE_MARK = "↓"  # a cell below NoAdapt's, beyond the noise rule's band
 # Metrics counting times a run was put back, and how a note names them.
 EVENTS: tuple[tuple[str, str], ...] = (("recoveries", "reset"), ("guard_triggers", "guard trigger"))
@@ -124,10 +125,10 @@ class Table:
 
 
 def device_of(row: Mapping[str, Any]) -> str:
-    """What a run computed on, as far as its record says: the GPU's name, or the CPU's model (``cpu``
-    for runs stored before the model was recorded)."""
+    """What a run computed on, as far as its record says: the GPU's name, or the CPU's model (for runs
+    stored before the model was recorded, a CPU that cannot be told from any other)."""
     env = row.get("env") or {}
-    return str(env.get("gpu") or env.get("cpu_model") or "cpu")
+    return str(env.get("gpu") or env.get("cpu_model") or UNRECORDED_CPU)
 
 
 # ----------------------------------------------------------------------------------------- selecting rows
