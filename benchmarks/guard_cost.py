@@ -211,8 +211,9 @@ def main() -> None:
                     f"| {method} | {size} | {guard} | {step * 1000:.1f} | {step / plain:.3f} "
                     f"| {counted[guard][1]:.0f} | {triggers(counted[guard][0])} | {copies} |"
                 )
-    for method in args.methods if "auto" in variants else ():
-        print_breakdown(args, method, singles, device)
+    if "auto" in variants:
+        for method in args.methods:
+            print_breakdown(args, method, singles, device)
 
 
 if __name__ == "__main__":

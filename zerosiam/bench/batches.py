@@ -99,7 +99,7 @@ class StackedBatches(torch.utils.data.Dataset):
         data = [stream[index] for stream in self.streams]
         labels = torch.cat([y for _, y in data])
         if isinstance(data[0][0], EncodedBatch):  # files for the device to decode, stream after stream
-            return EncodedBatch(file for x, _ in data for file in x), labels
+            return EncodedBatch.joined(x for x, _ in data), labels
         return torch.cat([x for x, _ in data]), labels
 
     def loader(self, device: torch.device, start: int = 0) -> torch.utils.data.DataLoader:

@@ -16,7 +16,7 @@ import os
 import pickle
 import re
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -326,6 +326,11 @@ class ImageFiles:
 class EncodedBatch(list):
     """A batch of images still encoded: each a uint8 tensor of a file's bytes, in the batch's order. A
     loader's worker only reads them; the device decodes them (``zerosiam.data.tensors.decode_on``)."""
+
+    @classmethod
+    def joined(cls, batches: Iterable[Sequence[torch.Tensor]]) -> EncodedBatch:
+        """The files of several batches as one batch, batch after batch."""
+        return cls(file for batch in batches for file in batch)
 
 
 class EncodedFiles:

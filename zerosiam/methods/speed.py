@@ -127,9 +127,7 @@ class Speed:
         """The options a ``label`` names; a one-line ``ValueError`` for anything else."""
         compile_: bool | str = False
         attention = None
-        flags = dict.fromkeys(
-            ("channels_last", "fixed_shape", "graph", "frozen_bf16", "decode_on_device"), False
-        )
+        flags = dict.fromkeys(FLAGS, False)
         for part in filter(None, label.strip().split("+")):
             name, _, mode = part.partition(":")
             if name in flags and not mode:

@@ -341,7 +341,7 @@ def _joined(images: list) -> np.ndarray | EncodedBatch:
     """One image from each domain of a stream's rows, as one batch: stacked, or the files of a domain read
     for the device to decode (``EncodedFiles``) one after another."""
     if images and isinstance(images[0], EncodedBatch):
-        return EncodedBatch(file for one in images for file in one)
+        return EncodedBatch.joined(images)
     return np.stack(images)
 
 
