@@ -137,9 +137,14 @@ def test_missing_empty_and_corrupt_files_are_named(imagenet_c, tmp_path):
     shutil.copytree(root / "brightness", broken / "brightness")
     some_class = next((broken / "brightness" / "1").iterdir())
     (some_class / "0.JPEG").write_bytes(b"not a jpeg")
-    files, _ = datasets.open_domain(f"imagenet-c:{broken}", "brightness", 1)
+    files, labels = datasets.open_domain(f"imagenet-c:{broken}", "brightness", 1)
     with pytest.raises(DatasetFormatError, match=f"cannot decode image {some_class / '0.JPEG'}"):
         files[[files.files.index(some_class / "0.JPEG")]]
+    read = encoded(build_stream(Spec("mild", corruption="brightness"), lambda name: (files, labels)))
+    cpu = torch.device("cpu")
+    with pytest.raises(DatasetFormatError, match=f"cannot decode image {some_class / '0.JPEG'}: Not a JPEG"):
+        for batch in StreamBatches(read).loader(cpu):  # read by a worker, refused by the device's decoder
+            to_device(*batch, cpu)
     (some_class / "1.JPEG").write_bytes(b"")
     with pytest.raises(DatasetFormatError, match=f"image file {some_class / '1.JPEG'} is empty"):
         datasets.open_domain(f"imagenet-c:{broken}", "brightness", 1)

@@ -324,13 +324,21 @@ class ImageFiles:
 
 
 class EncodedBatch(list):
-    """A batch of images still encoded: each a uint8 tensor of a file's bytes, in the batch's order. A
-    loader's worker only reads them; the device decodes them (``zerosiam.data.tensors.decode_on``)."""
+    """A batch of images still encoded: each a uint8 tensor of a file's bytes, in the batch's order, and
+    ``files``, their paths, so that a file the device cannot decode is named. A loader's worker only reads
+    them; the device decodes them (``zerosiam.data.tensors.decode_on``)."""
+
+    def __init__(self, encoded: Iterable[torch.Tensor] = (), files: Iterable[Path] = ()) -> None:
+        super().__init__(encoded)
+        self.files = list(files)
 
     @classmethod
-    def joined(cls, batches: Iterable[Sequence[torch.Tensor]]) -> EncodedBatch:
+    def joined(cls, batches: Iterable[EncodedBatch]) -> EncodedBatch:
         """The files of several batches as one batch, batch after batch."""
-        return cls(file for batch in batches for file in batch)
+        batches = list(batches)
+        return cls(
+            (data for batch in batches for data in batch), (path for batch in batches for path in batch.files)
+        )
 
 
 class EncodedFiles:
@@ -350,7 +358,8 @@ class EncodedFiles:
 
     def __getitem__(self, index: int | np.ndarray | Sequence[int]) -> EncodedBatch:
         indices = [int(index)] if isinstance(index, int | np.integer) else np.asarray(index).reshape(-1)
-        return EncodedBatch(self._read(self.source.files[int(i)]) for i in indices)
+        files = [self.source.files[int(i)] for i in indices]
+        return EncodedBatch((self._read(path) for path in files), files)
 
     @staticmethod
     def _read(path: Path) -> torch.Tensor:

@@ -7,10 +7,13 @@ that turns the first into the second.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from zerosiam.data.sources import DatasetFormatError
 
 
 def to_input(images: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -37,8 +40,32 @@ def decode_on(encoded: Sequence[torch.Tensor], device: torch.device, size: int =
         from torchvision.io import ImageReadMode, decode_jpeg
     except ImportError:
         raise ImportError("decoding on the device needs torchvision: pip install torchvision") from None
-    decoded = decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=device)
+    try:
+        decoded = decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=device)
+    except RuntimeError as error:  # torchvision's message names neither the file nor its place in the batch
+        raise _undecodable(encoded, device, error) from None
     return torch.stack([_resized_center_crop(image, size) for image in decoded]).float().div_(255.0)
+
+
+def _undecodable(
+    encoded: Sequence[torch.Tensor], device: torch.device, error: RuntimeError
+) -> DatasetFormatError:
+    """The one-line error for a batch the decoder refused, naming its first file that does not decode alone
+    (by its path where the batch knows it, an ``EncodedBatch``; else by its place)."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    files = getattr(encoded, "files", None) or [f"number {i} of the batch" for i in range(len(encoded))]
+    for data, name in zip(encoded, files, strict=True):
+        try:
+            decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError as refused:
+            return DatasetFormatError(f"cannot decode image {name}: {_first_line(refused)}")
+    return DatasetFormatError(f"cannot decode a batch of {len(encoded)} images: {_first_line(error)}")
+
+
+def _first_line(error: Exception) -> str:
+    """What torchvision says on its first line, less the C++ function and source line it starts with."""
+    return re.sub(r"^\w+, \S+:\d+, ", "", str(error).splitlines()[0])
 
 
 def _resized_center_crop(image: torch.Tensor, crop: int) -> torch.Tensor:
