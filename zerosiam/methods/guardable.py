@@ -43,7 +43,8 @@ class Guardable:
         }
 
     def roll_back(self, snapshot: Weights, streams: Tensor) -> None:
-        """The flagged streams back to a ``snapshot``'s weights, with no momentum."""
+        """The flagged streams back to a ``snapshot``'s weights (those it names: a guard may put back some
+        of them), with no momentum."""
         if self.trainable:  # the flags onto the device once: each copy of host flags waits for the device
             streams = streams.to(self.trainable[0].device)
         self._put_weights(snapshot, streams)
@@ -99,8 +100,9 @@ class Guardable:
         return grad * self.layout.per_row(self._step_scale.to(grad.device), grad)
 
     def _put_weights(self, weights: Weights, streams: Tensor) -> None:
-        for name, param in self.params.items():
-            put_rows(param, weights["params"][name], streams)
+        """The flagged streams' rows of the parameters ``weights`` names (all, or some) put in place."""
+        for name, value in weights["params"].items():
+            put_rows(self.params[name], value, streams)
         for name, param in self.predictor.named_parameters() if weights["predictor"] else ():
             put_rows(param, weights["predictor"][name].to(param.device), streams)
 

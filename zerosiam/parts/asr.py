@@ -64,7 +64,7 @@ Where this departs from the code, and why:
   other guards here; the code's ETA and ROID clear theirs.
 
 Its cost: a source forward a judged batch (as the code's), two multi-tensor sums a step (three more once
-it pulls) and four copies of the adapted weights.
+it pulls), four copies of the adapted weights, and at a reset a copy of those it keeps.
 """
 
 from __future__ import annotations
@@ -296,19 +296,23 @@ class AdaptiveSelectiveReset:
     def _reset_selectively(self, learner: ResettableLearner, fired: Tensor, scope: Tensor) -> None:
         """The ``fired`` streams' weights: the first ``scope`` share of the adapted parameters (``i <
         scope·n``, in the model's order) keep their values, the rest (and ZeroSiam's predictor) go back
-        to the source, and the optimizer's state is fresh."""
+        to the source, and the optimizer's state is fresh. Only the parameters some stream keeps are
+        copied and put back after the source (none at a full reset)."""
         layout = learner.layout
-        adapted = learner.snapshot()
-        device = next(iter(adapted["params"].values())).device
+        params = learner.params
+        device = next(iter(params.values())).device
+        keeps = {name: fired & (i < scope * len(params)) for i, name in enumerate(params)}  # which streams
+        adapted = {name: params[name].detach().clone() for name, keep in keeps.items() if bool(keep.any())}
         flags = layout.value(fired.to(device))
         learner.restore_source(flags)
-        source = learner.snapshot()
-        count = len(adapted["params"])
-        merged = {}
-        for i, (name, value) in enumerate(adapted["params"].items()):
-            keep = layout.value((i < scope * count).to(device))
-            merged[name] = torch.where(layout.per_row(keep, value), value, source["params"][name])
-        learner.roll_back({"params": merged, "predictor": source["predictor"]}, flags)
+        if adapted:
+            merged = {
+                name: torch.where(
+                    layout.per_row(layout.value(keeps[name].to(device)), value), value, params[name].detach()
+                )
+                for name, value in adapted.items()
+            }
+            learner.roll_back({"params": merged, "predictor": {}}, flags)
 
     # --- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
