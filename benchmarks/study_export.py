@@ -14,7 +14,8 @@ study would be hundreds of MB. The committed store (docs/RESULTS.md) keeps every
 environment, and only the curves the figures draw (``drawn``): the seed-0 Gaussian-noise runs under label
 shift and mild (the diagnostics), the runs of a finite imbalance ratio (the imbalance figure) and those
 with a prelude (the collapsed model), NoAdapt's on the continual, gradual and CCC streams (the source
-model along them), and the curves the target holds already. Rerunning a grid into a
+model along them), every guard's on the held-out stream docs/guard.md draws (``GUARD_FIGURE``), and the
+curves the target holds already. Rerunning a grid into a
 fresh store brings back every curve. Failures are not results and are not exported to the text store.
 """
 
@@ -31,6 +32,7 @@ from zerosiam.bench.textstore import write_text
 FIGURE_CORRUPTION = "gaussian_noise"
 FIGURE_PROTOCOLS = ("label_shift", "mild")
 STREAM_PROTOCOLS = ("continual", "gradual", "ccc")  # docs/benchmark.md draws the source model along them
+GUARD_FIGURE = {"model": "vit_tiny_ln", "protocol": "continual", "seed": 0}  # docs/guard.md draws every guard
 
 
 def drawn(spec: dict[str, Any]) -> bool:
@@ -42,7 +44,9 @@ def drawn(spec: dict[str, Any]) -> bool:
     )
     imbalance = math.isfinite(spec.get("imbalance_ratio", math.inf))
     source_along_streams = spec.get("protocol") in STREAM_PROTOCOLS and spec.get("method") == "noadapt"
-    return diagnostics or imbalance or bool(spec.get("prelude")) or source_along_streams
+    guards_along_stream = all(spec.get(key) == value for key, value in GUARD_FIGURE.items())
+    stream = source_along_streams or guards_along_stream
+    return diagnostics or imbalance or bool(spec.get("prelude")) or stream
 
 
 def main() -> None:
